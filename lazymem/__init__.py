@@ -1,0 +1,1 @@
+"""lazymem: query-time memory construction for LLM agents."""

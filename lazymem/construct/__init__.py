@@ -1,0 +1,1 @@
+"""Construct selectively: history windowing and the memory model's KEEP/DROP decisions."""

@@ -1,0 +1,56 @@
+"""Benchmarks behind one schema: LongMemEval, LoCoMo and the synthetic default.
+
+`load_dataset(cfg.data)` instantiates the configured loader, then selects a split and a limit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from lazymem.data.schema import DataError, Dataset, History, Message, Question
+from lazymem.data.split import SPLITS, make_split
+
+__all__ = ["Dataset", "DataError", "History", "Message", "Question", "load_dataset", "select_split"]
+
+
+def load_dataset(data: DictConfig) -> Dataset:
+    # Called directly rather than through hydra's instantiate, which would wrap a DataError.
+    options = OmegaConf.to_container(data.loader, resolve=True)
+    ds = get_method(options.pop("_target_"))(**options)
+    if data.get("split"):
+        ds = select_split(ds, data.split, data.get("split_file"), data.split_fractions, data.split_seed)
+    if data.get("limit") is not None:
+        ds = ds.subset([q.id for q in ds.questions[: int(data.limit)]])
+        ds.source["limit"] = int(data.limit)
+    return ds
+
+
+def select_split(ds: Dataset, name: str, split_file: str | None, fractions, seed: int) -> Dataset:
+    """The questions of split `name`, from `split_file` when given, else computed from this file."""
+    if name not in SPLITS:
+        raise DataError(
+            split_file or "<data.split>", None, "split", f"unknown split '{name}'; use one of {SPLITS}"
+        )
+    if split_file:
+        path = Path(split_file)
+        try:
+            ids = json.loads(path.read_text())[name]
+        except FileNotFoundError:
+            raise DataError(path, None, None, "no such split file (make one with task=split)") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise DataError(path, None, name, f"not a split file with a '{name}' list ({e})") from None
+        known = {q.id for q in ds.questions}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise DataError(
+                path, missing[0], name, f"{len(missing)} ids of this split are not in {ds.source['path']}"
+            )
+    else:
+        ids = make_split(ds.questions, fractions, seed)[0][name]
+    sub = ds.subset(ids)
+    sub.source.update(split=name, split_file=split_file)
+    return sub

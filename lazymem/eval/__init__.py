@@ -1,0 +1,1 @@
+"""Judging, metrics and the coverage experiment."""

@@ -1,0 +1,1 @@
+"""LLM serving and calls: one async OpenAI-compatible client, an on-disk cache, managed servers."""

@@ -1,0 +1,1 @@
+"""Retrieve broadly: BM25 and dense retrievers, reciprocal rank fusion, optional reranking."""
