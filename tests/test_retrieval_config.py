@@ -1,0 +1,132 @@
+"""Every conf/retrieval preset composes with Hydra and instantiates to the intended components."""
+
+import re
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from lazymem.data.schema import History, Message
+from lazymem.retrieval.bm25 import BM25Retriever
+from lazymem.retrieval.dense import DenseRetriever, SentenceEncoder
+from lazymem.retrieval.embed_cache import EmbeddingCache
+from lazymem.retrieval.hybrid import HybridRetriever
+from lazymem.retrieval.rerank import FlagReranker, NoReranker
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+PRESETS = ["hybrid", "bm25", "dense", "paper_gpu"]
+
+
+def compose_preset(name, *overrides):
+    # No config_name: compose only the retrieval group, whatever conf/config.yaml holds.
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return compose(overrides=[f"+retrieval={name}", *overrides]).retrieval
+
+
+def history():
+    texts = [
+        "Our anniversary dinner is booked at the Thai place.",
+        "I should renew my passport soon.",
+        "The passport office needs two photos.",
+        "Dinner was wonderful, the curry especially.",
+    ]
+    return History("h", [Message(i, "s", "2023/03/01", "user", t) for i, t in enumerate(texts)])
+
+
+@pytest.fixture(autouse=True)
+def cache_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["hybrid", "bm25", "dense"])
+def test_cpu_presets_instantiate_and_search(name, cache_env):
+    cfg = compose_preset(name)
+    assert cfg.n == 50
+    retriever = instantiate(cfg)
+    assert isinstance(retriever, HybridRetriever) and isinstance(retriever.reranker, NoReranker)
+    expected = {"hybrid": {"bm25", "dense"}, "bm25": {"bm25"}, "dense": {"dense"}}[name]
+    assert set(retriever.retrievers) == expected
+    if "dense" in retriever.retrievers:
+        dense = retriever.retrievers["dense"]
+        assert isinstance(dense, DenseRetriever) and dense.encoder.model_spec == "bundled:all-minilm-l6-v2"
+        assert dense.cache.path == cache_env / "embeddings" / "embeddings.sqlite"
+    result = retriever.index(history()).search("When do I need to renew my passport?")
+    assert result.indices[0] in (1, 2)
+    assert {"bm25", "dense", "fusion", "rerank"} <= set(result.timings)
+
+
+def test_root_cache_dir_wins_over_the_env(tmp_path):
+    cfg = compose_preset("hybrid", f"+cache_dir={tmp_path / 'root'}")
+    retriever = instantiate(cfg)
+    assert retriever.retrievers["dense"].cache.path == tmp_path / "root" / "embeddings" / "embeddings.sqlite"
+
+
+def test_bm25_backend_override(cache_env):
+    retriever = instantiate(compose_preset("bm25", "retrieval.retrievers.bm25.backend=rank_bm25"))
+    assert retriever.retrievers["bm25"].backend == "rank_bm25"
+    assert retriever.index(history()).search("passport photos").indices[0] == 2
+
+
+def test_paper_gpu_names_the_papers_components_without_loading_them(cache_env, monkeypatch):
+    monkeypatch.delenv("LAZYMEM_QWEN3_EMBEDDING_8B", raising=False)
+    monkeypatch.setenv("LAZYMEM_BGE_RERANKER_V2_M3", "/models/bge-reranker-v2-m3")
+    cfg = compose_preset("paper_gpu")
+    assert cfg.n == 50
+    assert cfg._target_ == "lazymem.retrieval.hybrid.HybridRetriever"
+    assert cfg.retrievers.bm25._target_ == "lazymem.retrieval.bm25.BM25Retriever"
+    assert cfg.retrievers.bm25.backend == "rank_bm25"
+    assert cfg.retrievers.dense.encoder.model == "Qwen/Qwen3-Embedding-8B"
+    assert cfg.retrievers.dense.query_template.startswith("Instruct: ")
+    assert cfg.retrievers.dense.query_template.endswith("\nQuery:{query}")
+    assert cfg.retrievers.dense.template == "{text}"  # documents get no instruction
+    assert cfg.reranker._target_ == "lazymem.retrieval.rerank.FlagReranker"
+    assert cfg.reranker.model == "/models/bge-reranker-v2-m3"
+    assert cfg.fusion.k == 60
+
+    # Instantiating is cheap: weights load on first use only.
+    retriever = instantiate(cfg)
+    encoder = retriever.retrievers["dense"].encoder
+    assert isinstance(encoder, SentenceEncoder) and encoder._model is None
+    assert isinstance(retriever.reranker, FlagReranker) and retriever.reranker._model is None
+    assert isinstance(retriever.retrievers["bm25"], BM25Retriever)
+    assert isinstance(retriever.retrievers["dense"].cache, EmbeddingCache)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_token_pattern_survives_yaml(name):
+    cfg = compose_preset(name)
+    bm25 = cfg.retrievers.get("bm25")
+    if bm25 is not None:
+        assert bm25.token_pattern == r"(?u)\b\w+\b"
+
+
+_KEY = re.compile(r"^(\s*)([A-Za-z_][\w]*):(.*)$")
+_DOCUMENTED_BY_PARENT = {"depth", "weights", "model_kwargs"}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_knob_has_a_comment(name):
+    lines = (CONF / "retrieval" / f"{name}.yaml").read_text().splitlines()
+    parents: list[tuple[int, str]] = []
+    missing = []
+    for i, line in enumerate(lines):
+        m = _KEY.match(line)
+        if not m:
+            continue
+        indent, key, value = len(m.group(1)), m.group(2), m.group(3).strip()
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        parent = parents[-1][1] if parents else None
+        if not value:  # a mapping: its children are the knobs
+            parents.append((indent, key))
+            continue
+        if key == "_target_" or parent in _DOCUMENTED_BY_PARENT:
+            continue
+        previous = next((p for p in reversed(lines[:i]) if p.strip()), "")
+        if not previous.strip().startswith("#"):
+            missing.append(key)
+    assert not missing, f"{name}.yaml: knobs without a comment above: {missing}"
+    assert OmegaConf.load(CONF / "retrieval" / f"{name}.yaml")  # plain YAML too
