@@ -1,0 +1,292 @@
+"""One async client for every OpenAI-compatible chat API: llama.cpp, vLLM and hosted endpoints.
+
+A call never raises for API or network trouble: after its retries it returns a :class:`Completion` with
+``error`` set, so a run counts and shows failures instead of turning them into empty answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import openai
+
+from lazymem.llm.cache import LLMCache, cache_key
+
+log = logging.getLogger(__name__)
+
+DIALECTS = ("openai", "vllm", "llamacpp")
+_RETRY_STATUS = {408, 409, 425, 429}
+_THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.DOTALL)
+
+
+class MissingApiKey(RuntimeError):
+    """The environment variable named by ``api_key_env`` is not set."""
+
+
+class MalformedResponse(ValueError):
+    """The server answered 2xx but not with a usable chat completion."""
+
+
+@dataclass(frozen=True)
+class Decoding:
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None  # sample i is sent with seed + i, so samples differ but replay exactly
+    thinking: bool | None = None  # Qwen3 chat template switch; None sends nothing
+    thinking_budget: int | None = None  # cap on reasoning tokens, sent where the server supports one
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    base_url: str
+    served_name: str  # the `model` field of each request
+    model_id: str = ""  # which weights answer (path, sha256, checkpoint): part of the cache key
+    api_key_env: str | None = None  # env var holding the key; None for local servers (dummy key)
+    dialect: str = "openai"  # how response_format and the thinking budget are sent: see DIALECTS
+    concurrency: int = 8  # requests in flight at once (the paper keeps up to 64 windows in flight)
+    timeout_s: float = 120.0  # per attempt
+    max_retries: int = 3  # retries after the first attempt
+    backoff_base_s: float = 1.0  # first retry waits about this long, doubling after each failure
+    backoff_cap_s: float = 30.0
+    structured: bool = True  # False: response_format arguments are ignored (free-text decoding)
+    decoding: Decoding = field(default_factory=Decoding)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # sent verbatim with every request
+
+    def __post_init__(self) -> None:
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect {self.dialect!r} not in {DIALECTS}")
+
+
+@dataclass
+class Completion:
+    text: str
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0  # first send to final answer incl. retries and backoff; a hit keeps the original
+    attempts: int = 0  # 0 for a cache hit
+    cached: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str, Any]:
+    """An OpenAI ``response_format`` asking for JSON that follows ``schema``."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+
+def _for_dialect(response_format: dict[str, Any], dialect: str) -> dict[str, Any]:
+    # llama-cpp-python accepts only "text" / "json_object"; a schema rides along as "schema" and becomes
+    # a grammar. vLLM and hosted APIs take OpenAI's json_schema form unchanged.
+    if dialect == "llamacpp" and response_format.get("type") == "json_schema":
+        return {"type": "json_object", "schema": response_format["json_schema"]["schema"]}
+    return response_format
+
+
+def _api_key(env_name: str | None) -> str:
+    if not env_name:
+        return "EMPTY"  # local servers accept any key
+    key = os.environ.get(env_name)
+    if not key:
+        raise MissingApiKey(f"environment variable {env_name} (api_key_env) is not set or empty")
+    return key
+
+
+def _parse(resp: Any) -> tuple[str, str | None, str | None, int, int]:
+    """(text, reasoning, finish_reason, prompt_tokens, completion_tokens) or MalformedResponse."""
+    try:
+        choice = resp.choices[0]
+        msg = choice.message
+        content = msg.content
+        extra = getattr(msg, "model_extra", None) or {}
+        reasoning = extra.get("reasoning") or extra.get("reasoning_content")
+        usage = getattr(resp, "usage", None)
+        pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        ct = int(getattr(usage, "completion_tokens", 0) or 0)
+        finish = choice.finish_reason
+    except (AttributeError, TypeError, IndexError, KeyError, ValueError) as e:
+        raise MalformedResponse(f"malformed response ({type(e).__name__}): {str(resp)[:300]!r}") from e
+    if content is not None and not isinstance(content, str):
+        raise MalformedResponse(f"message content is {type(content).__name__}, not text")
+    content = content or ""
+    if reasoning is None and "</think>" in content:  # server without a reasoning parser
+        m = _THINK.match(content)
+        if m:
+            reasoning, content = m.group(1).strip(), content[m.end() :]
+    return content, reasoning, finish, pt, ct
+
+
+def _classify(e: BaseException, timeout_s: float) -> tuple[str, bool, float | None]:
+    """(message, retryable, retry_after_s) for a failed attempt."""
+    if isinstance(e, (TimeoutError, openai.APITimeoutError)):
+        return f"timeout after {timeout_s:g}s", True, None
+    if isinstance(e, openai.APIConnectionError):
+        return f"connection error: {e}", True, None
+    if isinstance(e, openai.APIStatusError):
+        retry_after = None
+        try:
+            retry_after = float(e.response.headers.get("retry-after", ""))
+        except (TypeError, ValueError):
+            pass
+        body = (e.response.text or "")[:300] if e.response is not None else ""
+        retryable = e.status_code in _RETRY_STATUS or e.status_code >= 500
+        return f"HTTP {e.status_code}: {body}", retryable, retry_after
+    if isinstance(e, (MalformedResponse, openai.APIResponseValidationError, ValueError)):
+        return f"malformed response: {e}"[:400], True, None
+    return f"{type(e).__name__}: {e}"[:400], False, None
+
+
+class LLMClient:
+    """Bounded-concurrency chat calls with timeout, retries, usage accounting and an optional cache."""
+
+    def __init__(self, cfg: ClientConfig, cache: LLMCache | None = None):
+        self.cfg = cfg
+        self.cache = cache
+        self._api_key = _api_key(cfg.api_key_env)  # read now: a missing key fails before any work
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self.counts = {"calls": 0, "errors": 0, "retries": 0, "cache_hits": 0}
+        self.tokens = {"prompt": 0, "completion": 0}
+
+    def _bind(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        """Client and semaphore for the running loop (fresh ones when a new ``asyncio.run`` starts)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._client is None or self._sem is None:
+            self._client = openai.AsyncOpenAI(
+                base_url=self.cfg.base_url, api_key=self._api_key, timeout=self.cfg.timeout_s, max_retries=0
+            )
+            self._sem = asyncio.Semaphore(self.cfg.concurrency)
+            self._loop = loop
+        return self._client, self._sem
+
+    def request(
+        self, messages: list[dict[str, Any]], decoding: Decoding, response_format: dict | None, sample: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The (body, extra_body) sent for one call."""
+        body: dict[str, Any] = {"model": self.cfg.served_name, "messages": messages}
+        for name in ("temperature", "top_p", "max_tokens"):
+            if getattr(decoding, name) is not None:
+                body[name] = getattr(decoding, name)
+        if decoding.seed is not None:
+            body["seed"] = decoding.seed + sample
+        if response_format is not None and self.cfg.structured:
+            body["response_format"] = _for_dialect(response_format, self.cfg.dialect)
+        extra = dict(self.cfg.extra_body)
+        if decoding.thinking is not None:
+            kwargs = {**extra.get("chat_template_kwargs", {}), "enable_thinking": decoding.thinking}
+            extra["chat_template_kwargs"] = kwargs
+        if decoding.thinking_budget is not None and self.cfg.dialect == "vllm":
+            extra["thinking_token_budget"] = decoding.thinking_budget
+        return body, extra
+
+    def key(self, body: dict[str, Any], extra: dict[str, Any], prompt_version: str, sample: int) -> str:
+        model = {"served_name": self.cfg.served_name, "model_id": self.cfg.model_id}
+        return cache_key(
+            {
+                "model": model,
+                "body": body,
+                "extra_body": extra,
+                "prompt_version": prompt_version,
+                "sample": sample,
+            }
+        )
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        prompt_version: str = "",
+        response_format: dict[str, Any] | None = None,
+        sample: int = 0,
+        **decoding: Any,
+    ) -> Completion:
+        """One chat completion. ``decoding`` overrides fields of the configured :class:`Decoding`."""
+        dec = replace(self.cfg.decoding, **decoding)
+        body, extra = self.request(messages, dec, response_format, sample)
+        key = self.key(body, extra, prompt_version, sample)
+        self.counts["calls"] += 1
+        if self.cache is not None:
+            hit = await asyncio.to_thread(self.cache.get, key)
+            if hit is not None:
+                self.counts["cache_hits"] += 1
+                return Completion(**{**hit, "attempts": 0, "cached": True, "error": None})
+        done = await self._call(body, extra)
+        if done.ok:
+            self.tokens["prompt"] += done.prompt_tokens
+            self.tokens["completion"] += done.completion_tokens
+            if self.cache is not None:
+                value = {k: v for k, v in done.to_dict().items() if k not in ("attempts", "cached", "error")}
+                await asyncio.to_thread(self.cache.put, key, value, self.cfg.served_name)
+        else:
+            self.counts["errors"] += 1
+        return done
+
+    async def _call(self, body: dict[str, Any], extra: dict[str, Any]) -> Completion:
+        client, sem = self._bind()
+        cfg = self.cfg
+        start: float | None = None
+        error = "not attempted"
+        for attempt in range(1, cfg.max_retries + 2):
+            async with sem:  # the slot is held only while a request is on the wire, not while backing off
+                start = time.monotonic() if start is None else start
+                try:
+                    async with asyncio.timeout(cfg.timeout_s):
+                        resp = await client.chat.completions.create(**body, extra_body=extra or None)
+                    text, reasoning, finish, pt, ct = _parse(resp)
+                except asyncio.CancelledError:
+                    raise
+                except (openai.OpenAIError, TimeoutError, ValueError) as e:
+                    error, retryable, retry_after = _classify(e, cfg.timeout_s)
+                else:
+                    if text.strip():
+                        return Completion(text, reasoning, finish, pt, ct, time.monotonic() - start, attempt)
+                    # Deterministic decoding would give the same empty answer again: no retry.
+                    error, retryable, retry_after = f"empty completion (finish_reason={finish})", False, None
+            if not retryable or attempt > cfg.max_retries:
+                return Completion("", None, None, 0, 0, time.monotonic() - start, attempt, error=error)
+            self.counts["retries"] += 1
+            delay = self.backoff(attempt, retry_after)
+            log.warning(
+                "%s attempt %d failed (%s); retrying in %.2fs", cfg.served_name, attempt, error, delay
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Exponential backoff with jitter: uniform in [d/2, d], d = min(cap, base * 2**(attempt-1))."""
+        d = min(self.cfg.backoff_cap_s, self.cfg.backoff_base_s * 2 ** (attempt - 1))
+        if retry_after is not None:
+            d = max(d, min(retry_after, self.cfg.backoff_cap_s))
+        return d / 2 + random.random() * d / 2
+
+    async def chat_many(self, conversations: list[list[dict[str, Any]]], **kwargs: Any) -> list[Completion]:
+        """Many calls at once (bounded by ``concurrency``), results in input order."""
+        return list(await asyncio.gather(*(self.chat(m, **kwargs) for m in conversations)))
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **self.counts,
+            "prompt_tokens": self.tokens["prompt"],
+            "completion_tokens": self.tokens["completion"],
+        }
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        self._client = None

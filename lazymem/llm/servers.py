@@ -1,0 +1,337 @@
+"""Model servers as context managers: llama.cpp (CPU), vLLM (GPU, its own environment), or a given URL.
+
+A managed server runs in its own process group, logs to a file, is healthy once ``GET /v1/models``
+lists its served name, and is stopped on every way out: context exit, exceptions, SIGTERM/SIGINT to
+this process, interpreter exit, and (Linux) this process being SIGKILLed: the child asks the kernel
+for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_LIVE: set[ManagedServer] = set()
+_PREV_HANDLERS: dict[int, Any] = {}
+_HOOKS_LOCK = threading.Lock()
+_ATEXIT_SET = False
+_PR_SET_PDEATHSIG = 1
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # health checks stay local
+
+
+class ServerStartError(RuntimeError):
+    """A server that exited or never became healthy; the message ends with the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    _stop_all()
+    prev = _PREV_HANDLERS.get(signum, signal.SIG_DFL)
+    if callable(prev):
+        prev(signum, frame)
+    elif prev != signal.SIG_IGN:
+        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+def _install_hooks() -> None:
+    """atexit once; SIGTERM/SIGINT handlers chained before any earlier ones (main thread only)."""
+    global _ATEXIT_SET
+    with _HOOKS_LOCK:
+        if not _ATEXIT_SET:
+            atexit.register(_stop_all)
+            _ATEXIT_SET = True
+        if _PREV_HANDLERS or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            _PREV_HANDLERS[sig] = signal.getsignal(sig)
+            signal.signal(sig, _on_signal)
+
+
+def _death_signal_preexec() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child receive SIGKILL when this process dies (Linux only).
+
+    The kernel sends it when the *thread* that forked dies, so it is only set up from the main thread.
+    libc is loaded here, before the fork; the child only calls into it.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a server mid-request may ignore SIGTERM
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class ManagedServer:
+    """A subprocess serving an OpenAI-compatible API on ``host:port``."""
+
+    kind = "process"
+
+    def __init__(
+        self,
+        command: list[str],
+        served_name: str,
+        log_dir: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 300.0,
+        stop_timeout_s: float = 20.0,
+        env: dict[str, str] | None = None,
+    ):
+        self.host, self.port = host, port or free_port(host)
+        self.command = [c.replace("{port}", str(self.port)).replace("{host}", host) for c in command]
+        self.served_name = served_name
+        self.log_path = Path(log_dir) / f"{self.kind}-{served_name.replace('/', '_')}-{self.port}.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def healthy(self) -> bool:
+        try:
+            with _NO_PROXY.open(self.base_url + "/models", timeout=5) as r:
+                ids = [m.get("id") for m in json.load(r).get("data", [])]
+        except (OSError, ValueError, AttributeError):
+            return False
+        return self.served_name in ids
+
+    def start(self) -> ManagedServer:
+        if self.proc is not None:
+            return self
+        _install_hooks()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"$ {' '.join(self.command)}\n".encode())
+            logf.flush()
+            self.proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own session and process group: killpg reaches all children
+                preexec_fn=_death_signal_preexec(),
+                env={**os.environ, **self.env},
+            )
+        _LIVE.add(self)
+        log.info(
+            "started %s (pid %d) on %s, log %s", self.served_name, self.proc.pid, self.base_url, self.log_path
+        )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        log.info("%s healthy after %.1fs", self.served_name, self.startup_s)
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"{self.kind} server for {self.served_name!r} exited with code {code} before becoming "
+                    f"healthy; log {self.log_path}:\n{log_tail(self.log_path)}"
+                )
+            if self.healthy():
+                return
+            time.sleep(0.5)
+        raise ServerStartError(
+            f"{self.kind} server for {self.served_name!r} not healthy after {self.startup_timeout_s:g}s "
+            f"(GET {self.base_url}/models); log {self.log_path}:\n{log_tail(self.log_path)}"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM to the whole group, SIGKILL after ``stop_timeout_s``, then SIGKILL any leftovers."""
+        proc, self.proc = self.proc, None
+        _LIVE.discard(self)
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # children (vLLM workers) may outlive the group leader
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        log.info("stopped %s (pid %d)", self.served_name, proc.pid)
+
+    def __enter__(self) -> ManagedServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _server_flags(python: str) -> str:
+    """The ``--help`` text of llama_cpp.server, to see which optional flags this version has."""
+    out = subprocess.run(
+        [python, "-m", "llama_cpp.server", "--help"], capture_output=True, text=True, timeout=120
+    )
+    return out.stdout
+
+
+class LlamaCppServer(ManagedServer):
+    """``python -m llama_cpp.server`` on a GGUF file. It serves one request at a time unless the
+    installed version has a parallel-slots flag (0.3.36 has none: requests queue behind a lock)."""
+
+    kind = "llamacpp"
+
+    def __init__(
+        self,
+        model: str | Path,
+        served_name: str,
+        log_dir: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        parallel: int = 1,
+        chat_format: str | None = None,
+        python: str = sys.executable,
+        extra_args: list[str] | None = None,
+        **kw: Any,
+    ):
+        cmd = [python, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", served_name]
+        cmd += ["--n_ctx", str(n_ctx), "--host", "{host}", "--port", "{port}"]
+        if n_threads:
+            cmd += ["--n_threads", str(n_threads), "--n_threads_batch", str(n_threads)]
+        if chat_format:
+            cmd += ["--chat_format", chat_format]
+        if parallel > 1:
+            flags = _server_flags(python)
+            flag = next((f for f in ("--n_parallel", "--parallel", "--n_seq_max") if f + " " in flags), None)
+            if flag:
+                cmd += [flag, str(parallel)]
+            else:
+                log.warning("this llama_cpp.server has no parallel slots; parallel=%d ignored", parallel)
+        super().__init__(cmd + list(extra_args or []), served_name, log_dir, **kw)
+
+
+class VllmServer(ManagedServer):
+    """``vllm serve`` from its own environment: ``executable`` (the ``vllm`` script) or, if ``python``
+    is given, ``python -m vllm.entrypoints.cli.main``. lazymem never imports vllm."""
+
+    kind = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        served_name: str,
+        log_dir: str | Path,
+        *,
+        executable: str = "vllm",
+        python: str | None = None,
+        tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
+        dtype: str = "auto",
+        seed: int | None = None,
+        reasoning_parser: str | None = None,
+        reasoning_config: dict[str, Any] | None = None,
+        enable_prefix_caching: bool = True,
+        gpus: str | None = None,
+        extra_args: list[str] | None = None,
+        **kw: Any,
+    ):
+        cmd = [python, "-m", "vllm.entrypoints.cli.main"] if python else [executable]
+        cmd += ["serve", model, "--served-model-name", served_name, "--host", "{host}", "--port", "{port}"]
+        cmd += ["--tensor-parallel-size", str(tensor_parallel_size)]
+        cmd += ["--data-parallel-size", str(data_parallel_size)]
+        cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization), "--dtype", dtype]
+        for flag, value in (
+            ("--max-model-len", max_model_len),
+            ("--max-num-seqs", max_num_seqs),
+            ("--seed", seed),
+        ):
+            if value is not None:
+                cmd += [flag, str(value)]
+        if reasoning_parser:
+            cmd += ["--reasoning-parser", reasoning_parser]
+        if reasoning_config:
+            cmd += ["--reasoning-config", json.dumps(reasoning_config)]
+        if enable_prefix_caching:
+            cmd += ["--enable-prefix-caching"]
+        env = dict(kw.pop("env", None) or {})
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpus)
+        super().__init__(cmd + list(extra_args or []), served_name, log_dir, env=env, **kw)
+
+
+class Endpoint:
+    """A server someone else runs (a hosted API, or a vLLM started by hand): no process to manage."""
+
+    kind = "endpoint"
+
+    def __init__(self, base_url: str, served_name: str, **_: Any):
+        self.base_url, self.served_name = base_url.rstrip("/"), served_name
+        self.startup_s = 0.0
+
+    def start(self) -> Endpoint:
+        return self
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass

@@ -1,0 +1,134 @@
+"""conf/llm/*.yaml compose with the real root config and turn into the intended clients and servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from lazymem.llm import roles
+from lazymem.llm.roles import LLMSet, ServerRegistry, choose_backend, role_config
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def llm_conf(name: str, *overrides: str) -> dict:
+    """The `llm` node of the root config composed with llm=NAME (+llm=NAME if the root has no default)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        try:
+            cfg = compose("config", overrides=[f"llm={name}", *overrides])
+        except ConfigCompositionException:
+            cfg = compose("config", overrides=[f"+llm={name}", *overrides])
+    return OmegaConf.to_container(cfg.llm, resolve=True)
+
+
+class StubRegistry:
+    """Records what servers would be started, starts nothing."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.options: dict[tuple, dict] = {}
+
+    def get(self, backend, model, served_name, options=None):
+        self.calls.append((backend, model, served_name, json.dumps(options or {}, sort_keys=True)))
+        self.options[self.calls[-1]] = options or {}
+        base = (options or {}).get("base_url") or f"http://127.0.0.1:{8000 + len(set(self.calls))}/v1"
+        return SimpleNamespace(base_url=base, served_name=served_name)
+
+    def close(self):
+        pass
+
+
+def test_cpu_roles_share_the_bundled_qwen_on_llamacpp(tmp_path):
+    cfg = llm_conf("cpu", f"llm.cache_path={tmp_path}/c.sqlite")
+    assert {"memory", "answer", "judge", "teacher"} <= set(cfg["roles"])
+    reg = StubRegistry()
+    llms = LLMSet(cfg, tmp_path, registry=reg)
+    clients = {r: llms[r] for r in llms.roles}
+    assert len(set(reg.calls)) == 1 and reg.calls[0][:3] == (
+        "llamacpp",
+        "bundled:qwen2.5-0.5b",
+        "qwen2.5-0.5b",
+    )
+    assert all(c.cfg.dialect == "llamacpp" and c.cfg.api_key_env is None for c in clients.values())
+    assert clients["memory"].cfg.structured and not clients["answer"].cfg.structured
+    assert clients["judge"].cfg.decoding.temperature == 0.0
+    assert "sha256:1d9614638d" in clients["memory"].cfg.model_id
+    assert all(c.cache is llms.cache for c in clients.values()) and llms.cache is not None
+
+
+def test_paper_roles(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test-000000")
+    cfg = llm_conf("paper")
+    reg = StubRegistry()
+    llms = LLMSet(cfg, tmp_path, registry=reg)
+    mem, ans, judge, rj = llms["memory"], llms["answer"], llms["judge"], llms["reward_judge"]
+    vllm_calls = {c for c in reg.calls if c[0] == "vllm"}
+    assert len(vllm_calls) == 1  # memory, answer and reward judge: one Qwen3-32B server
+    assert mem.cfg.concurrency == 64 and mem.cfg.decoding.thinking is True and mem.cfg.dialect == "vllm"
+    assert ans.cfg.base_url == mem.cfg.base_url
+    assert judge.cfg.base_url == "https://api.deepseek.com/v1" and judge.cfg.api_key_env == "DEEPSEEK_API_KEY"
+    assert judge.cfg.decoding.temperature == 0.0 and judge.cfg.decoding.thinking is None
+    assert (rj.cfg.decoding.max_tokens, rj.cfg.decoding.thinking_budget, rj.cfg.timeout_s) == (1024, 512, 180)
+    assert "sk-test" not in OmegaConf.to_yaml(OmegaConf.create(cfg))
+
+
+def test_paper_4b_gives_the_memory_model_its_own_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test-000000")
+    cfg = llm_conf("paper_4b")
+    reg = StubRegistry()
+    llms = LLMSet(cfg, tmp_path, registry=reg)
+    mem, ans = llms["memory"], llms["answer"]
+    assert mem.cfg.served_name == "lazymem-4b" and mem.cfg.base_url != ans.cfg.base_url
+    specs = {c for c in reg.calls if c[0] == "vllm"}
+    assert sorted(reg.options[c]["gpu_memory_utilization"] for c in specs) == [0.25, 0.62]
+
+
+def test_missing_api_key_fails_before_any_call(tmp_path, monkeypatch):
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    llms = LLMSet(llm_conf("paper"), tmp_path, registry=StubRegistry())
+    with pytest.raises(RuntimeError, match="DEEPSEEK_API_KEY"):
+        llms["judge"]
+
+
+def test_cache_can_be_disabled(tmp_path):
+    llms = LLMSet(llm_conf("cpu", "llm.cache=false"), tmp_path, registry=StubRegistry())
+    assert llms.cache is None and llms["answer"].cache is None
+
+
+def test_auto_backend(monkeypatch, tmp_path):
+    rc = {"backend": "auto", "model": str(tmp_path), "fallback_gguf": "bundled:qwen2.5-0.5b"}
+    monkeypatch.setattr(roles, "has_gpu", lambda: True)
+    assert choose_backend(rc) == ("vllm", str(tmp_path))
+    assert choose_backend({**rc, "model": "Qwen/Qwen3-32B"})[0] == "llamacpp"  # not a local directory
+    monkeypatch.setattr(roles, "has_gpu", lambda: False)
+    assert choose_backend(rc) == ("llamacpp", "bundled:qwen2.5-0.5b")
+    with pytest.raises(ValueError, match="no GGUF"):
+        choose_backend({"backend": "auto", "model": str(tmp_path)})
+
+
+def test_role_config_merges_common_and_rejects_unknowns():
+    cfg = {
+        "common": {"backend": "llamacpp", "decoding": {"temperature": 0.7, "max_tokens": 9}},
+        "roles": {"a": {"decoding": {"temperature": 0.0}}},
+    }
+    assert role_config(cfg, "a")["decoding"] == {"temperature": 0.0, "max_tokens": 9}
+    with pytest.raises(KeyError, match="no LLM role"):
+        role_config(cfg, "b")
+    with pytest.raises(ValueError, match="backend"):
+        role_config({"common": {"backend": "tgi"}, "roles": {"a": {}}}, "a")
+
+
+def test_registry_reuses_servers_by_spec(tmp_path):
+    reg = ServerRegistry(tmp_path)
+    a = reg.get("endpoint", "", "m", {"base_url": "http://x/v1"})
+    assert reg.get("endpoint", "", "m", {"base_url": "http://x/v1"}) is a
+    assert reg.get("endpoint", "", "m", {"base_url": "http://y/v1"}) is not a
+    assert len(reg) == 2
+    reg.close()
+    assert len(reg) == 0

@@ -1,0 +1,210 @@
+"""Managed servers: health checks, clear start errors, and no server left behind on any way out.
+
+These use a stand-in server (a few lines of http.server); test_llm_e2e.py starts real llama.cpp.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lazymem.llm.servers import Endpoint, ManagedServer, ServerStartError, VllmServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    mode, port, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if mode == "crash":
+        print("boom: cannot load model", flush=True)
+        sys.exit(3)
+    if mode == "mute":
+        time.sleep(600)
+    if mode == "child":  # a worker process, like vLLM's engine cores
+        kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print("CHILDPID", kid.pid, flush=True)
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": name}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def wait_until(cond, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+@pytest.fixture
+def fake_cmd(tmp_path):
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE)
+    return lambda mode="ok": [sys.executable, str(script), mode, "{port}", "fake"]
+
+
+def test_start_health_and_stop_kills_the_whole_group(fake_cmd, tmp_path):
+    with ManagedServer(fake_cmd("child"), "fake", tmp_path / "logs") as s:
+        assert s.healthy() and s.base_url.endswith(f":{s.port}/v1")
+        pid = s.pid
+        assert wait_until(lambda: "CHILDPID" in s.log_path.read_text())
+        kid = int(s.log_path.read_text().split("CHILDPID")[1].split()[0])
+        assert sorted(group_members(pid)) == sorted([pid, kid])
+        assert s.log_path.read_text().startswith("$ ")  # the command line heads the log
+    assert wait_until(lambda: not group_members(pid), 5)
+    assert not alive(kid)
+
+
+def test_exception_inside_the_block_still_stops(fake_cmd, tmp_path):
+    with pytest.raises(RuntimeError, match="inside"), ManagedServer(fake_cmd(), "fake", tmp_path) as s:
+        pid = s.pid
+        raise RuntimeError("inside")
+    assert wait_until(lambda: not alive(pid), 5)
+
+
+def test_crash_at_start_reports_exit_code_and_log_tail(fake_cmd, tmp_path):
+    with pytest.raises(ServerStartError, match=r"exited with code 3[\s\S]*boom: cannot load model"):
+        ManagedServer(fake_cmd("crash"), "fake", tmp_path).start()
+
+
+def test_never_healthy_times_out_and_is_killed(fake_cmd, tmp_path):
+    s = ManagedServer(fake_cmd("mute"), "fake", tmp_path, startup_timeout_s=1.5)
+    with pytest.raises(ServerStartError, match="not healthy after 1.5s"):
+        s.start()
+    assert s.proc is None
+
+
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from lazymem.llm.servers import ManagedServer, LlamaCppServer
+    from lazymem.llm.models import resolve_model
+    if sys.argv[1] == "llama":
+        s = LlamaCppServer(resolve_model("bundled:smollm2-135m"), "smol", {logs!r}, n_threads=1).start()
+    else:
+        s = ManagedServer({cmd!r}, "fake", {logs!r}).start()
+    print(s.pid, flush=True)
+    if sys.argv[2] == "exit":
+        sys.exit(0)  # no stop(): atexit has to do it
+    time.sleep(600)
+    """
+)
+
+
+def spawn_parent(tmp_path: Path, cmd: list[str], kind: str, how: str) -> tuple[subprocess.Popen, int]:
+    code = PARENT.format(root=str(ROOT), cmd=cmd, logs=str(tmp_path / "logs"))
+    err = open(tmp_path / "parent.stderr", "w")  # noqa: SIM115  (the child holds it; closed at exit)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, kind, how], stdout=subprocess.PIPE, stderr=err, text=True
+    )
+    line = parent.stdout.readline()
+    err.close()
+    assert line.strip().isdigit(), (
+        f"parent failed to start a server: {(tmp_path / 'parent.stderr').read_text()}"
+    )
+    return parent, int(line)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_parent_stops_the_server(fake_cmd, tmp_path, sig):
+    parent, server_pid = spawn_parent(tmp_path, fake_cmd(), "fake", "sleep")
+    assert alive(server_pid)
+    parent.send_signal(sig)
+    assert parent.wait(20) != 0
+    assert wait_until(lambda: not alive(server_pid), 5)
+
+
+def test_normal_exit_without_stop_is_handled_by_atexit(fake_cmd, tmp_path):
+    parent, server_pid = spawn_parent(tmp_path, fake_cmd(), "fake", "exit")
+    assert parent.wait(20) == 0
+    assert wait_until(lambda: not alive(server_pid), 5)
+
+
+def test_sigkilled_parent_leaves_no_orphan(fake_cmd, tmp_path):
+    parent, server_pid = spawn_parent(tmp_path, fake_cmd(), "fake", "sleep")
+    parent.kill()
+    parent.wait(10)
+    assert wait_until(lambda: not alive(server_pid), 5)
+
+
+def test_vllm_command_line(tmp_path):
+    s = VllmServer(
+        "/models/Qwen3-32B",
+        "qwen3-32b",
+        tmp_path,
+        python="/envs/vllm/bin/python",
+        tensor_parallel_size=2,
+        data_parallel_size=1,
+        gpu_memory_utilization=0.85,
+        max_model_len=32768,
+        reasoning_parser="qwen3",
+        reasoning_config={"reasoning_start_str": "<think>", "reasoning_end_str": "</think>"},
+        gpus="0,1",
+        port=8123,
+    )
+    cmd = s.command
+    assert cmd[:5] == [
+        "/envs/vllm/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/models/Qwen3-32B",
+    ]
+    flags = dict(zip(cmd[5::2], cmd[6::2], strict=False))
+    assert flags["--served-model-name"] == "qwen3-32b" and flags["--port"] == "8123"
+    assert flags["--tensor-parallel-size"] == "2" and flags["--data-parallel-size"] == "1"
+    assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-model-len"] == "32768"
+    assert flags["--reasoning-parser"] == "qwen3"
+    assert json.loads(cmd[cmd.index("--reasoning-config") + 1])["reasoning_end_str"] == "</think>"
+    assert "--enable-prefix-caching" in cmd and s.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert VllmServer("m", "n", tmp_path, executable="/envs/vllm/bin/vllm").command[:2] == [
+        "/envs/vllm/bin/vllm",
+        "serve",
+    ]
+
+
+def test_endpoint_has_no_process():
+    with Endpoint("https://api.example.com/v1/", "judge") as e:
+        assert e.base_url == "https://api.example.com/v1" and e.served_name == "judge"
