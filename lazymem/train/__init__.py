@@ -1,0 +1,1 @@
+"""Train the memory model: RL rows, the GRPO reward (gate, action, quality), curriculum, diagnostics."""

@@ -1,0 +1,170 @@
+"""The memory model's GRPO reward (paper Eq. 6-9) as a VERL custom reward function.
+
+    R = 1[valid] * ((1 - lam) * R_act + lam * R_qual)
+    R_act = eta * A_g + (1 - eta) * A_n        (one-category window: that category's accuracy)
+    R_qual = mean over KEEP messages of Q = 1[f > 0] (f + u) / 4   (0 when nothing is kept)
+
+Validity is the project's one format gate (``check_decisions`` with n = number of window messages).
+``lam`` comes from the ``lam`` kwarg when given, else from the curriculum state file (kwarg
+``curriculum_state`` or ``$LAZYMEM_CURRICULUM_STATE``), else 0 (phase 1). While lam = 0 the judge is
+never called. For VERL use ``compute_score_async`` (awaited in the reward loop's event loop, so judge
+calls of all rollouts overlap); ``compute_score`` is the same thing for synchronous callers.
+
+The returned dict has the same keys on every call (VERL's reward loop takes the key list from the first
+rollout's dict); values are float, int, str or None. VERL's validation metrics
+(``process_validation_metrics``) drop None, skip string-valued keys, and name each prompt's mean
+``mean@<number of remaining values>``. Hence the conventions:
+
+- category absent: ``a_gold`` is None when the window has no gold message, ``a_nongold`` None when it
+  has no non-gold one. That is a property of the prompt, so all its rollouts agree and the prompt simply
+  drops out: ``a_gold/mean@N`` is gold retention over gold-bearing windows, undiluted by a sentinel.
+- invalid output: it made no decisions, so it kept no gold and dropped no non-gold: ``a_gold`` /
+  ``a_nongold`` / ``r_act`` are 0.0 (where the category exists), ``n_keep`` 0, ``r_qual`` 0.0 in phase 2.
+  A None here would vary between a prompt's rollouts and split the metric into several ``mean@k``.
+- ``r_qual`` is None while lam = 0 (not computed; the same for the whole round).
+- ``gate_error`` is the gate's error code, a string, or None for a valid output: skipped by the
+  metrics, kept in VERL's validation dumps; ``format_ok`` (1.0 / 0.0) carries the rate.
+"""
+
+# No `from __future__ import annotations` here: VERL may load this file by path without registering it in
+# sys.modules, and dataclasses cannot resolve string annotations of such a module.
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazymem.construct.decisions import Decision, check_decisions
+from lazymem.train.curriculum import read_state, state_path
+from lazymem.train.quality_judge import JudgeConfig, JudgeItem, get_judge
+from lazymem.train.rl_rows import WindowTruth, read_ground_truth
+
+ETA = 0.915  # paper Table 15
+RESULT_KEYS = (
+    "score",
+    "format_ok",
+    "gate_error",
+    "r_act",
+    "r_qual",
+    "a_gold",
+    "a_nongold",
+    "n_keep",
+    "lam",
+    "phase",
+    "judge_calls",
+    "judge_errors",
+)
+_VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})  # passed by VERL, unused
+
+
+def category_accuracy(gold: Sequence[bool], ops: Sequence[str]) -> tuple[float | None, float | None]:
+    """(A_g, A_n): share of gold messages kept, share of non-gold dropped; None for an absent category."""
+    if len(gold) != len(ops):
+        raise ValueError(f"{len(gold)} gold flags but {len(ops)} decisions")
+    kept_gold = sum(1 for g, op in zip(gold, ops, strict=True) if g and op == "KEEP")
+    dropped_non = sum(1 for g, op in zip(gold, ops, strict=True) if not g and op == "DROP")
+    n_gold = sum(1 for g in gold if g)
+    n_non = len(gold) - n_gold
+    return (kept_gold / n_gold if n_gold else None, dropped_non / n_non if n_non else None)
+
+
+def action_reward(a_gold: float | None, a_nongold: float | None, eta: float = ETA) -> float:
+    """Eq. 7; a window holding only one category scores that category's accuracy."""
+    if a_gold is None and a_nongold is None:
+        raise ValueError("a window has at least one message")
+    if a_gold is None:
+        return a_nongold
+    if a_nongold is None:
+        return a_gold
+    return eta * a_gold + (1.0 - eta) * a_nongold
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """The reward's settings, from VERL's ``reward_kwargs`` (conf/train/reward.yaml)."""
+
+    eta: float = ETA
+    lam: float | None = None  # fixed lambda; None = follow the curriculum state file
+    curriculum_state: str | None = None  # state file path; None = $LAZYMEM_CURRICULUM_STATE
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> "RewardOptions":
+        unknown = sorted(set(kwargs) - {"eta", "lam", "curriculum_state", "judge"} - _VERL_EXTRAS)
+        if unknown:
+            raise TypeError(f"compute_score got unknown settings {unknown}")
+        eta = float(kwargs.get("eta", ETA))
+        lam = kwargs.get("lam")
+        lam = None if lam is None else float(lam)
+        if not 0.0 <= eta <= 1.0 or (lam is not None and not 0.0 <= lam <= 1.0):
+            raise ValueError(f"eta and lam must lie in [0, 1]; got eta={eta}, lam={lam}")
+        state = kwargs.get("curriculum_state")
+        return cls(eta, lam, str(state) if state else None, JudgeConfig.from_mapping(kwargs.get("judge")))
+
+    def lam_phase(self) -> tuple[float, int]:
+        """(lambda, phase) in force now."""
+        if self.lam is not None:
+            return self.lam, 2 if self.lam > 0 else 1
+        path = state_path(self.curriculum_state)
+        current = read_state(path) if path is not None else None
+        if current is None:
+            return 0.0, 1
+        return float(current["lam"]), int(current["phase"])
+
+
+async def quality_reward(
+    truth: WindowTruth, decisions: Sequence[Decision], judge: Any
+) -> tuple[float, int, int]:
+    """(R_qual, judge calls, judge errors): one concurrent judge call per KEEP message (Eq. 9)."""
+    items = [
+        JudgeItem(truth.query, truth.query_time, truth.answer, truth.reasoning, truth.messages[i], d.content)
+        for i, d in enumerate(decisions)
+        if d.op == "KEEP"
+    ]
+    if not items:
+        return 0.0, 0, 0
+    scores = await asyncio.gather(*(judge.score(item) for item in items))
+    errors = sum(1 for s in scores if s.error is not None)
+    return math.fsum(s.q for s in scores) / len(scores), len(scores), errors
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """VERL reward for one rollout (see the module docstring for the returned keys)."""
+    opts = RewardOptions.from_kwargs(kwargs)
+    truth = read_ground_truth(ground_truth)
+    lam, phase = opts.lam_phase()
+    out: dict[str, Any] = dict.fromkeys(RESULT_KEYS)
+    out.update(score=0.0, format_ok=0.0, lam=lam, phase=phase, judge_calls=0, judge_errors=0)
+    gate = check_decisions(solution_str, len(truth))
+    if not gate.ok:  # no decisions: nothing kept, nothing dropped (see the module docstring)
+        a_gold, a_nongold = category_accuracy(truth.gold, [""] * len(truth))
+        out.update(gate_error=gate.error, r_act=0.0, a_gold=a_gold, a_nongold=a_nongold, n_keep=0)
+        out["r_qual"] = 0.0 if lam > 0 else None
+        return out
+    a_gold, a_nongold = category_accuracy(truth.gold, [d.op for d in gate.decisions])
+    r_act = action_reward(a_gold, a_nongold, opts.eta)
+    out.update(format_ok=1.0, r_act=r_act, a_gold=a_gold, a_nongold=a_nongold)
+    out["n_keep"] = sum(1 for d in gate.decisions if d.op == "KEEP")
+    score = r_act
+    if lam > 0:
+        r_qual, calls, errors = await quality_reward(truth, gate.decisions, get_judge(opts.judge))
+        out.update(r_qual=r_qual, judge_calls=calls, judge_errors=errors)
+        score = (1.0 - lam) * r_act + lam * r_qual
+    out["score"] = score
+    return out
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """Synchronous form of :func:`compute_score_async` (works inside a running event loop too)."""
+    coro = compute_score_async(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # this thread's loop is busy: use a fresh one
+        return pool.submit(asyncio.run, coro).result()

@@ -1,0 +1,424 @@
+"""The GRPO reward (paper Eq. 6-9): gate, action reward, quality reward with a stub judge, VERL dict shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import ROOT
+from omegaconf import OmegaConf
+
+import lazymem.train.reward as reward_mod
+from lazymem.construct.decisions import ERROR_CODES
+from lazymem.llm.client import Completion
+from lazymem.train.curriculum import ENV_STATE, Curriculum
+from lazymem.train.quality_judge import (
+    JudgeConfig,
+    JudgeItem,
+    JudgeParseError,
+    JudgeScore,
+    QualityJudge,
+    load_template,
+    parse_reply,
+)
+from lazymem.train.reward import (
+    RESULT_KEYS,
+    RewardOptions,
+    action_reward,
+    category_accuracy,
+    compute_score,
+    compute_score_async,
+)
+from lazymem.train.rl_rows import ground_truth_json, read_ground_truth
+
+K, D = "KEEP", "DROP"
+
+
+def truth(gold: list[bool]) -> str:
+    msgs = [
+        {"role": "user", "content": f"message {i}", "timestamp": f"2023/05/0{i + 1}"}
+        for i in range(len(gold))
+    ]
+    return ground_truth_json(
+        query="Where did I go?", query_time="2023/06/01", messages=msgs, gold=gold, answer="Paris"
+    )
+
+
+def response(ops: list[str], contents: list[str] | None = None) -> str:
+    contents = contents or [f"kept {i}" for i in range(len(ops))]
+    items = [
+        {"op": op, "compressed_content": c if op == K else "", "reason": "r"}
+        for op, c in zip(ops, contents, strict=True)
+    ]
+    return json.dumps(items)
+
+
+class StubJudge:
+    """Grades by memory text; records calls and how many overlap in time."""
+
+    def __init__(self, grades: dict[str, tuple[int, int] | None] | None = None, delay: float = 0.0):
+        self.grades, self.delay = grades or {}, delay
+        self.calls: list[str] = []
+        self.in_flight = self.max_in_flight = 0
+
+    async def score(self, item) -> JudgeScore:
+        self.calls.append(item.memory)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        await asyncio.sleep(self.delay)
+        self.in_flight -= 1
+        grade = self.grades.get(item.memory, (2, 2))
+        if grade is None:
+            return JudgeScore(None, None, error="unparsable reply: stub")
+        return JudgeScore(*grade)
+
+
+@pytest.fixture
+def judge(monkeypatch) -> StubJudge:
+    stub = StubJudge()
+    monkeypatch.setattr(reward_mod, "get_judge", lambda cfg: stub)
+    return stub
+
+
+@pytest.fixture
+def no_judge(monkeypatch):
+    def forbidden(cfg):
+        raise AssertionError("the judge must not be used while lambda = 0")
+
+    monkeypatch.setattr(reward_mod, "get_judge", forbidden)
+    monkeypatch.delenv(ENV_STATE, raising=False)
+
+
+def test_all_gold_kept_half_nongold_dropped(no_judge):
+    out = compute_score("lazymem", response([K, K, D, D, K, K]), truth([True, True] + [False] * 4))
+    assert out["format_ok"] == 1.0 and out["gate_error"] is None
+    assert out["a_gold"] == 1.0 and out["a_nongold"] == 0.5
+    assert out["r_act"] == pytest.approx(0.915 * 1 + 0.085 * 0.5)
+    assert out["score"] == pytest.approx(0.9575)
+    assert out["n_keep"] == 4 and out["phase"] == 1 and out["lam"] == 0.0 and out["r_qual"] is None
+
+
+def test_gold_dropped(no_judge):
+    out = compute_score("lazymem", response([D, D, D]), truth([True, False, False]))
+    assert (out["a_gold"], out["a_nongold"]) == (0.0, 1.0)
+    assert out["score"] == pytest.approx(0.085)
+    out = compute_score("lazymem", response([K, D, D, D]), truth([True, True, False, False]))
+    assert out["score"] == pytest.approx(0.915 * 0.5 + 0.085 * 1.0)
+
+
+def test_absent_category_is_none_even_for_invalid_output(no_judge):
+    out = compute_score("lazymem", "[", truth([False, False]))
+    assert out["a_gold"] is None and out["a_nongold"] == 0.0 and out["gate_error"] == "truncated"
+
+
+def test_one_category_windows_use_that_accuracy(no_judge):
+    out = compute_score("lazymem", response([D, D, D]), truth([False, False, False]))
+    assert out["a_gold"] is None and out["a_nongold"] == 1.0 and out["score"] == 1.0 and out["n_keep"] == 0
+    out = compute_score("lazymem", response([K, D, D, K]), truth([False] * 4))
+    assert out["score"] == 0.5
+    out = compute_score("lazymem", response([K, D]), truth([True, True]))
+    assert out["a_nongold"] is None and out["score"] == 0.5
+
+
+def test_action_reward_helpers():
+    assert category_accuracy([True, False], [K, K]) == (1.0, 0.0)
+    assert action_reward(1.0, 0.0, eta=0.5) == 0.5
+    with pytest.raises(ValueError):
+        category_accuracy([True], [K, D])
+
+
+ITEM = {"op": "KEEP", "compressed_content": "c", "reason": "r"}
+DROP_ITEM = {"op": "DROP", "compressed_content": "", "reason": "r"}
+VIOLATIONS = {
+    "empty": "   ",
+    "not_json": "Here you go: []",
+    "truncated": '[{"op": "KEEP", "compressed_content": "c"',
+    "trailing_text": json.dumps([ITEM, DROP_ITEM]) + " done",
+    "not_array": json.dumps({"decisions": [ITEM, DROP_ITEM]}),
+    "wrong_count": json.dumps([ITEM]),
+    "not_object": json.dumps([ITEM, "DROP"]),
+    "missing_field": json.dumps([ITEM, {"op": "DROP", "compressed_content": ""}]),
+    "extra_field": json.dumps([ITEM, {**DROP_ITEM, "score": "1"}]),
+    "bad_type": json.dumps([ITEM, {**DROP_ITEM, "reason": 3}]),
+    "bad_op": json.dumps([ITEM, {**DROP_ITEM, "op": "drop"}]),
+    "empty_keep": json.dumps([ITEM, {**ITEM, "compressed_content": "  "}]),
+    "nonempty_drop": json.dumps([ITEM, {**DROP_ITEM, "compressed_content": "x"}]),
+}
+
+
+def test_every_gate_error_is_covered():
+    assert set(VIOLATIONS) == set(ERROR_CODES)
+
+
+@pytest.mark.parametrize("code", sorted(VIOLATIONS))
+def test_every_gate_violation_scores_zero(code, judge):
+    out = compute_score("lazymem", VIOLATIONS[code], truth([True, False]), lam=0.5)
+    assert out["gate_error"] == code
+    assert out["score"] == 0.0 and out["format_ok"] == 0.0
+    # an invalid output made no decisions: no gold kept, no non-gold dropped
+    assert (out["r_act"], out["a_gold"], out["a_nongold"], out["n_keep"], out["r_qual"]) == (
+        0.0,
+        0.0,
+        0.0,
+        0,
+        0.0,
+    )
+    assert judge.calls == []  # invalid output: no judge calls even in phase 2
+
+
+def test_phase2_mixes_action_and_quality(judge):
+    judge.grades = {"good": (2, 2), "meh": (1, 0), "made up": (0, 2)}
+    ops, contents = [K, K, K, D, D, D], ["good", "meh", "made up", "", "", ""]
+    out = compute_score("lazymem", response(ops, contents), truth([True] + [False] * 5), lam=0.5)
+    r_act = 0.915 * 1.0 + 0.085 * (3 / 5)
+    r_qual = (1.0 + 0.25 + 0.0) / 3  # Q = 1[f>0](f+u)/4: unfaithful content earns nothing
+    assert out["r_act"] == pytest.approx(r_act) and out["r_qual"] == pytest.approx(r_qual)
+    assert out["score"] == pytest.approx(0.5 * r_act + 0.5 * r_qual)
+    assert sorted(judge.calls) == ["good", "made up", "meh"]  # one call per KEEP message
+    assert (out["judge_calls"], out["judge_errors"], out["phase"]) == (3, 0, 2)
+
+
+def test_phase2_nothing_kept_gives_zero_quality(judge):
+    out = compute_score("lazymem", response([D, D]), truth([False, False]), lam=0.5)
+    assert out["r_qual"] == 0.0 and out["score"] == pytest.approx(0.5) and judge.calls == []
+
+
+def test_judge_error_counts_and_scores_zero(judge):
+    judge.grades = {"a": (2, 2), "b": None}
+    out = compute_score("lazymem", response([K, K], ["a", "b"]), truth([True, True]), lam=0.5)
+    assert out["judge_errors"] == 1 and out["r_qual"] == pytest.approx(0.5)
+
+
+def test_no_judge_call_while_lambda_zero(no_judge, tmp_path):
+    text, gt = response([K, K, D]), truth([True, False, False])
+    assert compute_score("lazymem", text, gt)["judge_calls"] == 0  # default: phase 1
+    assert compute_score("lazymem", text, gt, lam=0.0)["r_qual"] is None
+    state = tmp_path / "curriculum.json"
+    Curriculum(state)
+    assert compute_score("lazymem", text, gt, curriculum_state=str(state))["phase"] == 1
+
+
+def test_judge_calls_run_concurrently(judge):
+    judge.delay = 0.2
+    start = time.monotonic()
+    out = compute_score("lazymem", response([K] * 5), truth([True] * 5), lam=0.5)
+    assert judge.max_in_flight == 5 and out["judge_calls"] == 5
+    assert time.monotonic() - start < 0.2 * 5 / 2
+
+
+def test_lambda_follows_the_curriculum_file(judge, tmp_path, monkeypatch):
+    state = tmp_path / "curriculum.json"
+    cur = Curriculum(state, tau=0.99, lam_phase1=0.0, lam_phase2=0.5)
+    text, gt = response([K, D]), truth([True, False])
+    assert compute_score("lazymem", text, gt, curriculum_state=str(state))["phase"] == 1
+    cur.observe_validation(0.995, step=10)
+    out = compute_score("lazymem", text, gt, curriculum_state=str(state))
+    assert (out["phase"], out["lam"], out["judge_calls"]) == (2, 0.5, 1)
+    monkeypatch.setenv(ENV_STATE, str(state))  # the env var is the fallback path
+    assert compute_score("lazymem", text, gt)["lam"] == 0.5
+    assert compute_score("lazymem", text, gt, lam=0.0)["lam"] == 0.0  # an explicit lam wins
+
+
+def test_same_keys_on_every_call(judge):
+    gt = truth([True, False])
+    outs = [
+        compute_score("lazymem", response([K, D]), gt),
+        compute_score("lazymem", "nonsense", gt),
+        compute_score("lazymem", response([K, D]), gt, lam=0.5),
+    ]
+    assert outs[1]["r_qual"] is None and outs[1]["gate_error"] == "not_json"
+    for out in outs:
+        assert tuple(out) == RESULT_KEYS
+        assert all(v is None or isinstance(v, (int, float, str)) for v in out.values())
+
+
+def test_async_and_sync_agree_and_sync_works_inside_a_loop(judge):
+    args = ("lazymem", response([K, K, D]), truth([True, False, False]))
+    sync = compute_score(*args, lam=0.5)
+    assert asyncio.run(compute_score_async(*args, lam=0.5)) == sync
+
+    async def inside_loop():
+        return compute_score(*args, lam=0.5)
+
+    assert asyncio.run(inside_loop()) == sync
+
+
+def test_settings_are_checked(no_judge):
+    args = ("lazymem", response([K]), truth([True]))
+    with pytest.raises(TypeError, match="unknown settings"):
+        compute_score(*args, etta=0.9)
+    with pytest.raises(TypeError, match="unknown judge settings"):
+        compute_score(*args, judge={"modle": "x"})
+    with pytest.raises(ValueError):
+        compute_score(*args, eta=1.5)
+    out = compute_score(*args, reward_router_address=None, reward_model_tokenizer=None)
+    assert out["score"] == 1.0
+
+
+def test_ground_truth_formats():
+    gt = truth([True, False])
+    assert read_ground_truth(json.loads(gt)) == read_ground_truth(gt)  # a decoded dict works too
+    bad = json.loads(gt)
+    with pytest.raises(ValueError, match="gold"):
+        read_ground_truth({**bad, "gold": [1, 0]})
+    with pytest.raises(ValueError, match="messages"):
+        read_ground_truth({**bad, "messages": bad["messages"][:1]})
+
+
+def test_config_file_builds_the_reward_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path))
+    monkeypatch.setenv(ENV_STATE, str(tmp_path / "state.json"))
+    cfg = OmegaConf.load(ROOT / "conf" / "train" / "reward.yaml")
+    opts = RewardOptions.from_kwargs(
+        {"eta": cfg.eta, "judge": cfg.judge, "curriculum_state": cfg.curriculum.state_path}
+    )
+    assert opts.eta == 0.915 and opts.judge.temperature == 0.0 and opts.judge.max_tokens == 1024
+    assert (opts.judge.thinking_budget, opts.judge.timeout_s, opts.judge.max_retries) == (512, 180, 3)
+    assert opts.judge.cache_path == str(tmp_path / "reward_judge.sqlite")
+    cur = Curriculum(**{k: cfg.curriculum[k] for k in ("state_path", "tau", "lam_phase1", "lam_phase2")})
+    assert (cur.tau, cur.lam_phase1, cur.lam_phase2, cur.phase) == (0.99, 0.0, 0.5, 1)
+    assert opts.lam_phase() == (0.0, 1)
+    assert JudgeConfig.from_mapping(cfg.judge) == opts.judge
+
+
+# --- the quality judge: strict reply parsing, retries, prompt, and the real client against a fake server
+
+
+GOOD = {
+    "faithfulness": 2,
+    "utility": 1,
+    "unsupported_claims": [],
+    "useful_evidence": ["Paris"],
+    "reason": "ok",
+}
+
+
+def test_parse_reply_accepts_the_schema():
+    assert parse_reply(json.dumps(GOOD)) == GOOD
+    assert parse_reply("<think>hmm</think>\n" + json.dumps(GOOD))["utility"] == 1
+    assert parse_reply("```json\n" + json.dumps(GOOD) + "\n```")["faithfulness"] == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        json.dumps(GOOD) + " extra",
+        json.dumps([GOOD]),
+        json.dumps({k: v for k, v in GOOD.items() if k != "reason"}),
+        json.dumps({**GOOD, "score": 1}),
+        json.dumps({**GOOD, "faithfulness": 3}),
+        json.dumps({**GOOD, "faithfulness": True}),
+        json.dumps({**GOOD, "utility": 1.0}),
+        json.dumps({**GOOD, "useful_evidence": "Paris"}),
+        "faithfulness: 2",
+        "",
+    ],
+)
+def test_parse_reply_rejects_anything_else(reply):
+    with pytest.raises(JudgeParseError):
+        parse_reply(reply)
+
+
+class FakeClient:
+    """Stands in for LLMClient.chat: replies in order, records each call."""
+
+    def __init__(self, replies: list[str | None]):
+        self.replies, self.calls = list(replies), []
+
+    async def chat(self, messages, *, prompt_version, response_format, sample):
+        self.calls.append({"messages": messages, "version": prompt_version, "sample": sample})
+        text = self.replies.pop(0)
+        return Completion("", error="timeout after 180s") if text is None else Completion(text)
+
+
+ITEM_SRC = {"role": "user", "content": 'I said "hi"\nin Paris', "timestamp": "2023/05/01"}
+
+
+def judge_item(memory: str = "User was in Paris.") -> JudgeItem:
+    return JudgeItem("Where was I?", "2023/06/01", "Paris", "chain", ITEM_SRC, memory)
+
+
+def test_judge_retries_an_unparsable_reply_then_succeeds():
+    fake = FakeClient(["not json", json.dumps(GOOD)])
+    score = asyncio.run(QualityJudge(JudgeConfig(parse_retries=1), client=fake).score(judge_item()))
+    assert (score.faithfulness, score.utility, score.error) == (2, 1, None) and score.q == 0.75
+    assert [c["sample"] for c in fake.calls] == [0, 1]  # a new sample index: no cached repeat
+    payload = json.loads(fake.calls[0]["messages"][1]["content"])
+    assert payload["source_messages"] == [ITEM_SRC] and payload["constructed_memory"] == "User was in Paris."
+    assert payload["gold_answer"] == "Paris" and set(payload["required_output"]) == set(GOOD)
+    assert fake.calls[0]["version"].startswith("reward_judge@")
+
+
+def test_judge_errors_are_recorded_and_score_zero():
+    fake = FakeClient(["nope", "still nope"])
+    score = asyncio.run(QualityJudge(JudgeConfig(parse_retries=1), client=fake).score(judge_item()))
+    assert score.error.startswith("unparsable reply") and score.q == 0.0 and score.reply == "still nope"
+    fake = FakeClient([None])
+    score = asyncio.run(QualityJudge(JudgeConfig(parse_retries=2), client=fake).score(judge_item()))
+    assert score.error.startswith("request failed") and len(fake.calls) == 1  # the client already retried
+
+
+def test_template_override_changes_prompt_and_version(tmp_path):
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps({"system": "Be terse."}))
+    base, custom = load_template(), load_template(path)
+    assert custom.system == "Be terse." and custom.rules == base.rules and custom.version != base.version
+    path.write_text(json.dumps({"sytem": "typo"}))
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_template(path)
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        content = "<think>short</think>" + json.dumps(GOOD)
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_real_client_sends_the_judge_settings_and_caches(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _FakeOpenAI.bodies = []
+    try:
+        cfg = JudgeConfig(
+            base_url=f"http://127.0.0.1:{server.server_port}/v1", cache_path=str(tmp_path / "judge.sqlite")
+        )
+        judge = QualityJudge(cfg)
+
+        async def twice():
+            return [await judge.score(judge_item()), await judge.score(judge_item())]
+
+        first, second = asyncio.run(twice())
+    finally:
+        server.shutdown()
+    assert first.q == second.q == 0.75 and first.error is None
+    assert len(_FakeOpenAI.bodies) == 1  # the second answer came from the cache
+    body = _FakeOpenAI.bodies[0]
+    assert body["model"] == "qwen3-32b" and body["temperature"] == 0.0 and body["max_tokens"] == 1024
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["chat_template_kwargs"] == {"enable_thinking": True} and body["thinking_token_budget"] == 512
