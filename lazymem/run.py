@@ -42,7 +42,12 @@ class Run:
         self.meta = RunMeta(run_dir, cfg.task)
 
 
+QUIET = ("httpx", "httpx2", "httpcore", "openai", "bm25s", "sentence_transformers", "urllib3", "filelock")
+
+
 def execute(cfg: DictConfig) -> dict | None:
+    for name in QUIET:  # per-request chatter of libraries; their warnings still show
+        logging.getLogger(name).setLevel(logging.WARNING)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(cfg, run_dir)

@@ -277,3 +277,10 @@ def test_merge_rejects_mismatched_lengths():
         merge_decisions([w], [])
     with pytest.raises(ValueError):
         merge_decisions([w], [[K("x")]])
+
+
+def test_raw_newline_in_a_string_fails_the_gate_but_is_salvaged():
+    text = '[{"op": "KEEP", "compressed_content": "line one\nline two", "reason": "r"}]'
+    assert check_decisions(text, 1).error == "not_json"
+    salvaged = salvage_decisions(text, 1)
+    assert salvaged.ok and salvaged.decisions[0].content == "line one\nline two"

@@ -79,8 +79,10 @@ def _duplicate_checking_object(pairs: list[tuple[str, object]]) -> dict:
     return dict(pairs)
 
 
-def _decode(final: str, start: int = 0) -> tuple[object, int]:
-    return json.JSONDecoder(object_pairs_hook=_duplicate_checking_object).raw_decode(final, start)
+def _decode(final: str, start: int = 0, strict: bool = True) -> tuple[object, int]:
+    # strict=False admits raw newlines inside strings (llama.cpp's JSON grammar lets them through)
+    decoder = json.JSONDecoder(object_pairs_hook=_duplicate_checking_object, strict=strict)
+    return decoder.raw_decode(final, start)
 
 
 def _is_truncation(err: json.JSONDecodeError) -> bool:
@@ -150,7 +152,7 @@ def _first_array(text: str) -> tuple[object | None, bool]:
     first_any = None
     for match in re.finditer(r"\[", text):
         try:
-            value, _ = _decode(text, match.start())
+            value, _ = _decode(text, match.start(), strict=False)
         except json.JSONDecodeError as err:
             if text[match.start() :].lstrip("[ \t\r\n")[:1] in "{]" and _is_truncation(err):
                 return None, True  # everything after lies inside the cut array

@@ -1,0 +1,72 @@
+"""summary.json: accuracy, tokens, latency, gate and construction quality per method, from the records."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from lazymem.stats import describe
+
+STAGES = ("retrieval", "processing", "answer", "judge", "total")
+
+
+def summarize(records: list[dict]) -> dict:
+    """One method's summary. Errors are counted, never scored; unlabelled judge replies likewise."""
+    ok = [r for r in records if r["status"] == "ok"]
+    judged = [r for r in ok if r["correct"] is not None]
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for r in judged:
+        by_type[r["type"]].append(r["correct"])
+    per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
+    abstain = [r["correct"] for r in judged if r["abstention"]]
+    windows = [w for r in ok for w in r.get("windows") or []]
+    outcomes = Counter(w["outcome"] for w in windows)
+    gold = [r for r in ok if r["gold_idx"]]
+    return {
+        "questions": len(records),
+        "ok": len(ok),
+        "errors": len(records) - len(ok),
+        "error_messages": dict(Counter(r["error"] for r in records if r["status"] != "ok").most_common(5)),
+        "judged": len(judged),
+        "judge_errors": len(ok) - len(judged),
+        "accuracy": _mean([r["correct"] for r in judged]),
+        "accuracy_by_type": per_type,
+        "accuracy_task_averaged": _mean(list(per_type.values())),
+        "abstention_accuracy": _mean(abstain),
+        "memory_tokens": describe([r["memory_tokens"] for r in ok]),
+        "latency_s": {s: describe([r["latency_s"][s] for r in ok if s in r["latency_s"]]) for s in STAGES},
+        "windows": len(windows),
+        "gate_format_rate": outcomes["gate_ok"] / len(windows) if windows else None,
+        "window_outcomes": dict(outcomes),
+        "gold_recall_in_memory": _mean(
+            [len(set(r["gold_idx"]) & set(r["shown"])) / len(r["gold_idx"]) for r in gold]
+        ),
+        "all_gold_in_memory": _mean([set(r["gold_idx"]) <= set(r["shown"]) for r in gold]),
+        "construction": _construction(ok),
+    }
+
+
+def _construction(records: list[dict]) -> dict:
+    """Keep/drop quality against gold over the messages the memory model decided on."""
+    gold_kept = gold_total = other_dropped = other_total = 0
+    for r in records:
+        if r.get("decided") is None:
+            continue
+        gold, shown = set(r["gold_idx"]), set(r["shown"])
+        for i in r["decided"]:
+            if i in gold:
+                gold_total += 1
+                gold_kept += i in shown
+            else:
+                other_total += 1
+                other_dropped += i not in shown
+    return {
+        "gold_decided": gold_total,
+        "gold_kept": gold_kept / gold_total if gold_total else None,
+        "nongold_decided": other_total,
+        "nongold_dropped": other_dropped / other_total if other_total else None,
+    }
+
+
+def _mean(xs) -> float | None:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else None

@@ -1,0 +1,5 @@
+"""Methods turn a question and its history into the memory block the answer model reads.
+
+Each is one small module behind `Method.build(question, history, ctx) -> Memory`; configs in
+conf/method/ instantiate them.
+"""

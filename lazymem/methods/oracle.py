@@ -1,0 +1,16 @@
+"""Oracle turn: the gold evidence messages themselves (an upper reference, not a method)."""
+
+from __future__ import annotations
+
+from lazymem.construct.render import render_raw
+from lazymem.data.schema import History, Question
+from lazymem.methods.base import Context, Memory
+
+
+class OracleTurn:
+    def __init__(self, name: str = "oracle_turn"):
+        self.name = name
+
+    async def build(self, question: Question, history: History, ctx: Context) -> Memory:
+        shown = sorted(question.gold_idx)
+        return Memory(text=render_raw([history.messages[i] for i in shown]), style="raw", shown=shown)

@@ -1,0 +1,44 @@
+"""Prompt templates: bundled text files, each overridable by a path in the config.
+
+A template's version is a hash of its text, so editing a prompt changes every cache key that uses it.
+Templates use str.format fields ({query}, {window}, ...); literal braces are doubled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+BUNDLED = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    text: str
+
+    @property
+    def version(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+    def format(self, **fields) -> str:
+        return self.text.format(**fields)
+
+
+def load(name_or_path: str) -> Template:
+    """A bundled template by name (`memory_user`) or any file by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = BUNDLED / f"{name_or_path}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt template {name_or_path!r} not found (looked for {path})")
+    return Template(path.stem, path.read_text())
+
+
+def load_json(name_or_path: str) -> dict:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = BUNDLED / f"{name_or_path}.json"
+    return json.loads(path.read_text())

@@ -1,0 +1,105 @@
+"""task=evaluate: every configured method over the selected questions, through real model servers.
+
+Writes records.jsonl (one line per method and question, appended as each finishes), summary.json
+(per method) and results.md. Questions run one after another (the paper's latency protocol); the
+windows of a question run concurrently. `resume=true` continues a run in the same directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
+from lazymem.data import load_dataset
+from lazymem.eval.judge import JudgePrompts, style_for
+from lazymem.eval.metrics import summarize
+from lazymem.eval.pipeline import Answerer, Judge, evaluate_question
+from lazymem.eval.records import Records
+from lazymem.eval.results import render_results
+from lazymem.llm.roles import build_llms
+from lazymem.methods.base import Context
+from lazymem.prompts import load
+
+log = logging.getLogger(__name__)
+
+
+def build_methods(cfg) -> list:
+    specs = cfg.get("methods") or {cfg.method.name: cfg.method}
+    methods = [instantiate(spec) for spec in specs.values()]
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise ValueError(f"method names must be unique, got {names}")
+    return methods
+
+
+def run(cfg, run) -> dict:
+    ds = load_dataset(cfg.data)
+    run.meta.add_dataset(ds.source)
+    methods = build_methods(cfg)
+    needs_retrieval = any(hasattr(m, "top_k") or hasattr(m, "radius") for m in methods)
+    retriever = instantiate(cfg.retrieval) if needs_retrieval else None
+    prompts = cfg.prompts
+    with build_llms(cfg.llm, run.dir / "servers") as llms:
+        roles = sorted({m.processor for m in methods if hasattr(m, "processor")})
+        policy = InvalidPolicy(**OmegaConf.to_container(cfg.construct.invalid))
+        processors = {
+            role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
+            for role in roles
+        }
+        ctx = Context(retriever, llms, processors)
+        answerer = Answerer(
+            llms["answer"],
+            load(prompts.answer_system),
+            load(prompts.answer_compressed),
+            load(prompts.answer_raw),
+        )
+        judge = Judge(
+            llms["judge"],
+            JudgePrompts(prompts.judge_longmemeval, prompts.judge_rules, prompts.judge_locomo),
+            style_for(ds.name, cfg.judge.style),
+        )
+        records = Records(run.dir / "records.jsonl", resume=cfg.resume)
+        asyncio.run(_loop(ds, methods, ctx, answerer, judge, records))
+        llm_stats = llms.stats()
+    summary = {
+        "dataset": ds.source.get("name"),
+        "methods": {m.name: summarize([r for r in _all(records) if r["method"] == m.name]) for m in methods},
+        "llm": llm_stats,
+        "resume_dropped": records.dropped,
+    }
+    (run.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    results = render_results(summary)
+    (run.dir / "results.md").write_text(results + "\n")
+    print("\n" + results)
+    return summary
+
+
+async def _loop(ds, methods, ctx, answerer, judge, records: Records) -> None:
+    for method in methods:
+        todo = [q for q in ds.questions if not records.done(method.name, q.id)]
+        bar = tqdm(todo, desc=f"{method.name:>14}", unit="q", dynamic_ncols=True)
+        for q in bar:
+            record = await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
+            records.append(record)
+            if record["status"] != "ok":
+                log.warning("%s %s: %s", method.name, q.id, record["error"])
+            bar.set_postfix_str(_postfix(record))
+
+
+def _postfix(record: dict) -> str:
+    if record["status"] != "ok":
+        return "error"
+    lat = record["latency_s"]
+    return " ".join(f"{k}={v:.1f}s" for k, v in lat.items() if k != "total")
+
+
+def _all(records: Records) -> list[dict]:
+    from lazymem.eval.records import read_records
+
+    return read_records(records.path)

@@ -1,0 +1,116 @@
+"""The query-time pipeline end to end through a real llama.cpp server and the real bundled model files.
+
+SmolLM2-135M keeps these runs short (its JSON is often invalid: the gate's fallback path gets exercised
+too); the README's quickstart with Qwen2.5-0.5B is the same code path with another model name.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "+experiment=quickstart",
+    "llm.common.model=bundled:smollm2-135m",
+    "llm.common.served_name=smollm2-135m",
+    "llm.common.decoding.max_tokens=256",
+    "data.loader.per_type=1",
+    "data.loader.abstention=1",
+    "data.limit=4",
+]
+METHODS = {"lazymem", "rag_top20", "oracle_turn"}
+
+
+def records(run_dir):
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    env = {"LAZYMEM_CACHE": str(base / "cache")}
+    out = run_cli(*SMALL, f"hydra.run.dir={base}/run1", env=env, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return base, env, out
+
+
+def test_every_method_writes_records_summary_and_results(first_run):
+    base, _, out = first_run
+    run_dir = base / "run1"
+    recs = records(run_dir)
+    assert {(r["method"], r["qid"]) for r in recs} == {
+        (m, q) for m in METHODS for q in {r["qid"] for r in recs}
+    }
+    assert len(recs) == 12 and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        assert r["answer"] and r["judge_raw"] and r["correct"] in (True, False, None)
+        assert r["latency_s"]["answer"] > 0 and r["memory_tokens"] >= 0
+    lazy = [r for r in recs if r["method"] == "lazymem"]
+    for r in lazy:
+        assert r["retrieved"] and len(r["retrieved"]) <= 5
+        assert all(w["outcome"] in {"gate_ok", "salvaged", "retried", "fallback"} for w in r["windows"])
+        assert all(len(w["decisions"]) == len(w["idx"]) for w in r["windows"])
+        assert r["latency_s"]["processing"] > 0
+    oracle = [r for r in recs if r["method"] == "oracle_turn"]
+    assert all(r["shown"] == r["gold_idx"] for r in oracle)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary["methods"]) == METHODS
+    lz = summary["methods"]["lazymem"]
+    assert lz["windows"] == sum(len(r["windows"]) for r in lazy)
+    assert 0 <= lz["gate_format_rate"] <= 1 and lz["errors"] == 0
+    assert summary["llm"]["memory"]["calls"] >= lz["windows"]
+    assert "## Accuracy (synthetic)" in (run_dir / "results.md").read_text()
+    assert "| lazymem |" in out.stdout
+    assert json.loads((run_dir / "meta.json").read_text())["status"] == "ok"
+
+
+def test_rerun_is_served_from_the_cache(first_run):
+    base, env, _ = first_run
+    out = run_cli(*SMALL, f"hydra.run.dir={base}/run2", env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    llm = json.loads((base / "run2" / "summary.json").read_text())["llm"]
+    for role in ("memory", "answer", "judge"):
+        assert llm[role]["calls"] > 0 and llm[role]["cache_hits"] == llm[role]["calls"], (role, llm[role])
+    a = {(r["method"], r["qid"]): r["answer"] for r in records(base / "run1")}
+    b = {(r["method"], r["qid"]): r["answer"] for r in records(base / "run2")}
+    assert a == b
+
+
+def test_killed_run_resumes_without_duplicates(tmp_path):
+    env = {**os.environ, "LAZYMEM_CACHE": str(tmp_path / "cache")}
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "lazymem.run", *SMALL, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists() and len(path.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = records(run_dir)
+    assert 2 <= len(before) < 12
+    out = subprocess.run(
+        [*cmd, "resume=true"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    after = records(run_dir)
+    keys = [(r["method"], r["qid"]) for r in after]
+    assert len(keys) == len(set(keys)) == 12
+    assert all(r["status"] == "ok" for r in after)
+    done_before = {(r["method"], r["qid"]): r for r in before if r["status"] == "ok"}
+    assert all(after[keys.index(k)] == r for k, r in done_before.items())  # finished work kept as it was
+    # the killed run's model server died with it (PR_SET_PDEATHSIG): no llama_cpp.server is left over
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"llama_cpp.server.*{tmp_path}"], capture_output=True, text=True
+    )
+    assert leftovers.stdout.strip() == ""

@@ -1,0 +1,114 @@
+import pytest
+
+from lazymem.eval.metrics import summarize
+from lazymem.eval.results import render_results
+
+
+def rec(
+    qid,
+    qtype,
+    correct,
+    *,
+    status="ok",
+    abstention=False,
+    tokens=10,
+    gold=(1,),
+    shown=(1,),
+    decided=None,
+    windows=None,
+    lat=1.0,
+):
+    r = {
+        "qid": qid,
+        "method": "m",
+        "type": qtype,
+        "abstention": abstention,
+        "status": status,
+        "error": None if status == "ok" else "answer model call failed: 500",
+    }
+    if status == "ok":
+        r |= {
+            "correct": correct,
+            "memory_tokens": tokens,
+            "gold_idx": list(gold),
+            "shown": list(shown),
+            "latency_s": {
+                "retrieval": 0.1,
+                "processing": lat,
+                "answer": 2.0,
+                "judge": 0.5,
+                "total": 2.1 + lat,
+            },
+        }
+        if decided is not None:
+            r["decided"] = decided
+        if windows is not None:
+            r["windows"] = windows
+    return r
+
+
+RECORDS = [
+    rec(
+        "a",
+        "x",
+        True,
+        tokens=10,
+        decided=[0, 1, 2, 3],
+        shown=(1, 2),
+        windows=[{"outcome": "gate_ok"}, {"outcome": "salvaged"}],
+    ),
+    rec(
+        "b",
+        "x",
+        False,
+        tokens=30,
+        gold=(5, 6),
+        shown=(5,),
+        decided=[4, 5, 6, 7],
+        windows=[{"outcome": "gate_ok"}],
+    ),
+    rec("c", "y", True, tokens=20, lat=3.0, windows=[{"outcome": "fallback"}, {"outcome": "gate_ok"}]),
+    rec("d", "y", None),  # the judge reply had no label
+    rec("e", "y", True, abstention=True, gold=(), shown=()),
+    rec("f", "x", None, status="error"),
+]
+
+
+def test_summary_counts_errors_and_never_scores_them():
+    s = summarize(RECORDS)
+    assert (s["questions"], s["ok"], s["errors"], s["judged"], s["judge_errors"]) == (6, 5, 1, 4, 1)
+    assert s["accuracy"] == pytest.approx(3 / 4)
+    assert s["accuracy_by_type"] == {"x": 0.5, "y": 1.0}
+    assert s["accuracy_task_averaged"] == pytest.approx(0.75)
+    assert s["abstention_accuracy"] == 1.0
+    assert s["error_messages"] == {"answer model call failed: 500": 1}
+    assert s["memory_tokens"]["mean"] == pytest.approx(16.0)
+    assert s["windows"] == 5 and s["gate_format_rate"] == pytest.approx(3 / 5)
+    assert s["window_outcomes"] == {"gate_ok": 3, "salvaged": 1, "fallback": 1}
+    assert s["latency_s"]["processing"]["max"] == 3.0 and s["latency_s"]["total"]["n"] == 5
+
+
+def test_construction_and_evidence_against_gold():
+    s = summarize(RECORDS)
+    # a: gold {1} decided & kept; 0,2,3 non-gold, 2 kept. b: gold {5,6} decided, 5 kept; 4,7 dropped.
+    assert s["construction"] == {
+        "gold_decided": 3,
+        "gold_kept": pytest.approx(2 / 3),
+        "nongold_decided": 5,
+        "nongold_dropped": pytest.approx(4 / 5),
+    }
+    # gold recall over questions with gold (a, b, c, d): 1, 0.5, 1, 1
+    assert s["gold_recall_in_memory"] == pytest.approx(3.5 / 4)
+    assert s["all_gold_in_memory"] == pytest.approx(3 / 4)
+
+
+def test_results_render_every_method_and_stage():
+    summary = {
+        "dataset": "synthetic",
+        "methods": {"m": summarize(RECORDS), "empty": summarize([])},
+        "llm": {"answer": {"calls": 7, "cache_hits": 2, "errors": 1}},
+    }
+    md = render_results(summary)
+    assert "| m | 0.50 | 1.00 | 0.75 | 0.75 | 1.00 | 4 | 2 |" in md
+    assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md
+    assert "0.600" in md  # gate format rate

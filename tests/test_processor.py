@@ -1,0 +1,95 @@
+"""The memory processor's invalid-output policy, with a scripted stand-in for the LLM client."""
+
+import asyncio
+import json
+
+import pytest
+
+from lazymem.construct.processor import InvalidPolicy, MemoryProcessor, StageError
+from lazymem.construct.windows import build_windows
+from lazymem.data.schema import Message
+from lazymem.llm.client import Completion
+from lazymem.prompts import load
+
+MESSAGES = [Message(i, "s", "2024/01/01 (Mon) 10:00", "user", f"message {i}") for i in range(12)]
+
+
+def valid(n, keep=()):
+    return json.dumps(
+        [
+            {
+                "op": "KEEP" if i in keep else "DROP",
+                "compressed_content": f"m{i}" if i in keep else "",
+                "reason": "r",
+            }
+            for i in range(n)
+        ]
+    )
+
+
+class Scripted:
+    """Replies in order; records what was asked."""
+
+    def __init__(self, *replies):
+        self.replies, self.calls = list(replies), []
+
+    async def chat(self, messages, **kw):
+        self.calls.append(kw)
+        text = self.replies.pop(0)
+        if isinstance(text, Completion):
+            return text
+        return Completion(text=text, latency_s=0.01, attempts=1)
+
+
+def run(client, policy=None, retrieved=(5,), radius=1):
+    policy = policy or InvalidPolicy()
+    proc = MemoryProcessor(client, load("memory_system"), load("memory_user"), policy)
+    windows = build_windows(retrieved, len(MESSAGES), radius)
+    return asyncio.run(proc.process("q?", "2024/02/01 (Thu) 10:00", windows, MESSAGES))
+
+
+def test_valid_reply_passes_the_gate_with_the_window_schema():
+    client = Scripted(valid(3, keep={1}))
+    (w,) = run(client)
+    assert w.outcome == "gate_ok" and w.gate_error is None
+    assert [d.op for d in w.decisions] == ["DROP", "KEEP", "DROP"]
+    schema = client.calls[0]["response_format"]["json_schema"]["schema"]
+    assert schema["minItems"] == schema["maxItems"] == 3
+
+
+def test_fenced_reply_is_salvaged_and_counted():
+    (w,) = run(Scripted("```json\n" + valid(3) + "\n```"))
+    assert w.outcome == "salvaged" and w.gate_error == "not_json" and w.calls == 1
+
+
+def test_retry_then_fallback_raw_or_drop():
+    (w,) = run(Scripted("nope", valid(3, keep={0})))
+    assert w.outcome == "retried" and w.calls == 2 and w.decisions[0].op == "KEEP"
+    client = Scripted("nope", "still nope")
+    (w,) = run(client)
+    assert w.outcome == "fallback" and [d.content for d in w.decisions] == [
+        "message 4",
+        "message 5",
+        "message 6",
+    ]
+    assert client.calls[1]["sample"] == 1 and client.calls[1]["temperature"] == 0.7
+    (w,) = run(Scripted("nope"), InvalidPolicy(salvage=False, retries=0, fallback="drop"))
+    assert w.outcome == "fallback" and all(d.op == "DROP" for d in w.decisions) and w.calls == 1
+
+
+def test_wrong_count_is_not_salvaged():
+    (w,) = run(Scripted(valid(2), valid(2)))
+    assert w.gate_error == "wrong_count" and w.outcome == "fallback"
+
+
+def test_api_failure_is_a_stage_error():
+    with pytest.raises(StageError, match="memory model call failed"):
+        run(Scripted(Completion(text="", error="HTTP 500 after 4 attempts")))
+
+
+def test_all_windows_of_a_question_are_sent():
+    client = Scripted(*[valid(3)] * 2)
+    results = run(client, retrieved=(2, 9))
+    assert [r.window.idx for r in results] == [(1, 2, 3), (8, 9, 10)] and len(client.calls) == 2
+    with pytest.raises(ValueError):
+        InvalidPolicy(fallback="keep-everything")
