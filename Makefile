@@ -9,7 +9,7 @@ setup:
 	@bash scripts/setup_env.sh
 
 run: setup
-	$(PY) -m lazymem.run $(ARGS)
+	$(PY) -m lazymem.run +experiment=quickstart $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q $(ARGS)

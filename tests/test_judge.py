@@ -73,3 +73,15 @@ def test_prompt_override_by_path(tmp_path):
     prompts = JudgePrompts(locomo=str(custom))
     assert prompts.messages("locomo", question(), "r")[0]["content"] == "Q=How many days ago? A=19 days R=r"
     assert prompts.version != JudgePrompts().version
+
+
+def test_contains_reference_cross_check():
+    from lazymem.eval.judge import contains_reference
+
+    q = question(type="single-session-user", answer="Clover")
+    assert contains_reference(q, "You named her Clover.") is True
+    assert contains_reference(q, "Her name is Daisy.") is False
+    assert contains_reference(question(answer="$45"), "It costs $45 a month now.") is True
+    assert contains_reference(question(answer="3"), "You bought 3 gadgets") is True
+    assert contains_reference(question(answer="x", abstention=True), "x") is None
+    assert contains_reference(question(type="single-session-preference", answer="x"), "x") is None

@@ -109,6 +109,6 @@ def test_results_render_every_method_and_stage():
         "llm": {"answer": {"calls": 7, "cache_hits": 2, "errors": 1}},
     }
     md = render_results(summary)
-    assert "| m | 0.50 | 1.00 | 0.75 | 0.75 | 1.00 | 4 | 2 |" in md
+    assert "| m | 0.50 | 1.00 | 0.75 | 0.75 | 1.00 | – | 4 | 2 |" in md
     assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md
     assert "0.600" in md  # gate format rate

@@ -77,3 +77,19 @@ def parse_label(style: str, text: str) -> bool | None:
     if not match:
         return None
     return match.group(1).lower() in ("yes", "correct")
+
+
+def contains_reference(question: Question, answer: str) -> bool | None:
+    """A model-free cross-check of the judge: does the answer contain the reference answer verbatim?
+
+    Only for short factual references; None for abstention and preference questions (rubrics) and for
+    references longer than eight words. Useful where the judge is a small model.
+    """
+    ref = _normal(question.answer)
+    if question.abstention or question.type.endswith("preference") or not ref or len(ref.split()) > 8:
+        return None
+    return ref in _normal(answer)
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^\w$%.]+", " ", text.lower()).replace(". ", " ").split()).strip(" .")

@@ -32,6 +32,9 @@ def summarize(records: list[dict]) -> dict:
         "accuracy_by_type": per_type,
         "accuracy_task_averaged": _mean(list(per_type.values())),
         "abstention_accuracy": _mean(abstain),
+        "contains_reference": _mean(
+            [r["contains_reference"] for r in ok if r.get("contains_reference") is not None]
+        ),
         "memory_tokens": describe([r["memory_tokens"] for r in ok]),
         "latency_s": {s: describe([r["latency_s"][s] for r in ok if s in r["latency_s"]]) for s in STAGES},
         "windows": len(windows),

@@ -12,7 +12,7 @@ import traceback
 from lazymem.construct.decisions import split_thinking
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
-from lazymem.eval.judge import JudgePrompts, parse_label
+from lazymem.eval.judge import JudgePrompts, contains_reference, parse_label
 from lazymem.methods.base import Context, Memory, query_time
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
@@ -92,6 +92,7 @@ async def evaluate_question(
         answer_thinking=thinking,
         correct=correct,
         judge_raw=judge_raw,
+        contains_reference=contains_reference(question, answer),
         latency_s={k: round(v, 4) for k, v in latency.items()},
         build_s=round(t1 - t0, 4),
         status="ok",

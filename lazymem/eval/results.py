@@ -11,7 +11,13 @@ def render_results(summary: dict) -> str:
     methods = summary["methods"]
     types = sorted({t for s in methods.values() for t in s["accuracy_by_type"]})
     lines = [f"## Accuracy ({summary.get('dataset')})", ""]
-    lines.append("| method | " + " | ".join(types) + " | overall | task-avg | abstention | n | errors |")
+    lines.append(
+        "LLM-judge accuracy; `contains ref`: share of short factual answers containing the reference."
+    )
+    lines.append("")
+    lines.append(
+        "| method | " + " | ".join(types) + " | overall | task-avg | abstention | contains ref | n | errors |"
+    )
     lines.append("|---|" + "---:|" * (len(types) + 6))
     for name, s in methods.items():
         cells = [_f(s["accuracy_by_type"].get(t)) for t in types]
@@ -19,7 +25,8 @@ def render_results(summary: dict) -> str:
             f"| {name} | "
             + " | ".join(cells)
             + f" | {_f(s['accuracy'])} | {_f(s['accuracy_task_averaged'])} | "
-            f"{_f(s['abstention_accuracy'])} | {s['judged']} | {s['errors'] + s['judge_errors']} |"
+            f"{_f(s['abstention_accuracy'])} | {_f(s.get('contains_reference'))} | {s['judged']} | "
+            f"{s['errors'] + s['judge_errors']} |"
         )
     lines += ["", "## Memory and construction", ""]
     lines.append(
