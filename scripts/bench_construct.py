@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import random
 import time
+from collections import Counter
 
 from lazymem.construct.decisions import check_decisions, salvage_decisions
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
@@ -75,7 +76,15 @@ def llm_config(structured: bool, concurrency: int):
 
 async def run_config(picked, structured: bool, parallel: bool, log_dir: str):
     cfg = llm_config(structured, concurrency=8 if parallel else 1)
-    stats = {"windows": 0, "gate_ok": 0, "salvaged": 0, "correct": 0, "decisions": 0, "model_s": 0.0}
+    stats = {
+        "windows": 0,
+        "gate_ok": 0,
+        "salvaged": 0,
+        "correct": 0,
+        "decisions": 0,
+        "model_s": 0.0,
+        "errors": Counter(),
+    }
     outputs = []
     with build_llms(cfg, log_dir) as llms:
         proc = MemoryProcessor(
@@ -98,6 +107,7 @@ async def run_config(picked, structured: bool, parallel: bool, log_dir: str):
                 stats["model_s"] += r.latency_s
                 gate = check_decisions(r.raw, len(r.window))
                 stats["gate_ok"] += gate.ok
+                stats["errors"][gate.error] += not gate.ok
                 salvaged = salvage_decisions(r.raw, len(r.window))
                 stats["salvaged"] += (not gate.ok) and salvaged.ok
                 if salvaged.ok:

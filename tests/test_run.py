@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import yaml
+
 from conftest import ROOT, run_cli
 
 

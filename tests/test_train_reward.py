@@ -9,7 +9,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import ROOT
 from omegaconf import OmegaConf
 
 import lazymem.train.reward as reward_mod
@@ -34,6 +33,8 @@ from lazymem.train.reward import (
     compute_score_async,
 )
 from lazymem.train.rl_rows import ground_truth_json, read_ground_truth
+
+from conftest import ROOT
 
 K, D = "KEEP", "DROP"
 

@@ -11,6 +11,8 @@ STAGES = ("retrieval", "processing", "answer", "judge", "total")
 
 def summarize(records: list[dict]) -> dict:
     """One method's summary. Errors are counted, never scored; unlabelled judge replies likewise."""
+    not_applicable = sum(r["status"] == "not_applicable" for r in records)
+    records = [r for r in records if r["status"] != "not_applicable"]
     ok = [r for r in records if r["status"] == "ok"]
     judged = [r for r in ok if r["correct"] is not None]
     by_type: dict[str, list[bool]] = defaultdict(list)
@@ -23,6 +25,7 @@ def summarize(records: list[dict]) -> dict:
     gold = [r for r in ok if r["gold_idx"]]
     return {
         "questions": len(records),
+        "not_applicable": not_applicable,
         "ok": len(ok),
         "errors": len(records) - len(ok),
         "error_messages": dict(Counter(r["error"] for r in records if r["status"] != "ok").most_common(5)),

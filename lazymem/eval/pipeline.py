@@ -13,7 +13,7 @@ from lazymem.construct.decisions import split_thinking
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
 from lazymem.eval.judge import JudgePrompts, contains_reference, parse_label
-from lazymem.methods.base import Context, Memory, query_time
+from lazymem.methods.base import Context, Memory, NotApplicable, query_time
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
 
@@ -76,6 +76,8 @@ async def evaluate_question(
         t2 = time.perf_counter()
         correct, judge_raw, _ = await judge(question, answer)
         t3 = time.perf_counter()
+    except NotApplicable as e:
+        return record | {"status": "not_applicable", "error": str(e)}
     except StageError as e:
         return record | {"status": "error", "error": str(e)}
     except Exception as e:  # a bug must not lose the rest of the run; the record keeps the trace

@@ -1,8 +1,8 @@
 """records.jsonl: one JSON line per (method, question), appended as soon as the question finishes.
 
-Resume: reopening with `resume=True` keeps the `ok` records, drops `error` ones (they are retried) and
-any torn last line left by a killed process, rewrites the file atomically, then appends. A key is never
-written twice.
+Resume: reopening with `resume=True` keeps the finished (`ok`, `not_applicable`) records, drops `error`
+ones (they are retried) and any torn last line left by a killed process, rewrites the file atomically,
+then appends. A key is never written twice.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+FINAL = ("ok", "not_applicable")  # statuses a resumed run keeps; errors are retried
 
 
 class RecordsExist(RuntimeError):
@@ -36,7 +38,7 @@ class Records:
             except json.JSONDecodeError:
                 self.dropped["torn_lines"] += 1
                 continue
-            if rec.get("status") == "ok":
+            if rec.get("status") in FINAL:
                 self.kept[(rec["method"], rec["qid"])] = rec
             else:
                 self.dropped["errors"] += 1
@@ -59,7 +61,7 @@ class Records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        if record["status"] == "ok":
+        if record["status"] in FINAL:
             self.kept[key] = record
 
 

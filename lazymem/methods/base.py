@@ -28,6 +28,10 @@ class Memory:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+class NotApplicable(Exception):
+    """The method is not defined for this benchmark; the question is recorded, not scored or failed."""
+
+
 class Method(Protocol):
     name: str
 
@@ -41,8 +45,9 @@ class Context:
     latency it cost the first time (so each method's timings stay comparable).
     """
 
-    def __init__(self, retriever=None, llms=None, processor=None):
+    def __init__(self, retriever=None, llms=None, processor=None, dataset_name: str | None = None):
         self.retriever, self.llms, self.processor = retriever, llms, processor
+        self.dataset_name = dataset_name  # lets a method decline a benchmark it is not defined for
         self._searches: dict[tuple[str, str], tuple[SearchResult, float]] = {}
 
     def search(self, question: Question, history: History, n: int) -> tuple[SearchResult, float]:

@@ -12,6 +12,8 @@ from lazymem.methods.base import Context, Memory, query_time
 
 
 class LazyMem:
+    needs_retrieval = True
+
     def __init__(
         self,
         name: str = "lazymem",

@@ -8,6 +8,8 @@ from lazymem.methods.base import Context, Memory
 
 
 class RAG:
+    needs_retrieval = True
+
     def __init__(self, name: str = "rag", top_k: int = 20):
         self.name, self.top_k = name, top_k
 

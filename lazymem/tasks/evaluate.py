@@ -42,7 +42,7 @@ def run(cfg, run) -> dict:
     ds = load_dataset(cfg.data)
     run.meta.add_dataset(ds.source)
     methods = build_methods(cfg)
-    needs_retrieval = any(hasattr(m, "top_k") or hasattr(m, "radius") for m in methods)
+    needs_retrieval = any(getattr(m, "needs_retrieval", False) for m in methods)
     retriever = instantiate(cfg.retrieval) if needs_retrieval else None
     prompts = cfg.prompts
     with build_llms(cfg.llm, run.dir / "servers") as llms:
@@ -52,7 +52,7 @@ def run(cfg, run) -> dict:
             role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
             for role in roles
         }
-        ctx = Context(retriever, llms, processors)
+        ctx = Context(retriever, llms, processors, dataset_name=ds.name)
         answerer = Answerer(
             llms["answer"],
             load(prompts.answer_system),

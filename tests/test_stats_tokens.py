@@ -1,0 +1,30 @@
+import pytest
+
+from lazymem.stats import describe, percentile
+from lazymem.tokens import count_tokens
+
+
+def test_percentiles_interpolate_like_numpy():
+    xs = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(xs, 50) == 2.5
+    assert percentile(xs, 0) == 1.0 and percentile(xs, 100) == 4.0
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    assert percentile([], 50) is None
+    d = describe([1.0, 2.0, 3.0, 10.0])
+    assert d == {
+        "n": 4,
+        "mean": 4.0,
+        "median": 2.5,
+        "p90": pytest.approx(7.9),
+        "p95": pytest.approx(8.95),
+        "max": 10.0,
+    }
+    assert describe([])["mean"] is None
+
+
+def test_qwen_token_counts():
+    assert count_tokens("") == 0
+    assert count_tokens("Hello world") == 2  # "Hello", " world" in Qwen's BPE
+    long = "The quick brown fox jumps over the lazy dog. " * 10
+    assert 90 <= count_tokens(long) <= 110
+    assert count_tokens("你好，世界") >= 2
