@@ -20,7 +20,7 @@ from lazymem.data import load_dataset
 from lazymem.eval.judge import JudgePrompts, style_for
 from lazymem.eval.metrics import summarize
 from lazymem.eval.pipeline import Answerer, Judge, evaluate_question
-from lazymem.eval.records import Records
+from lazymem.eval.records import Records, read_records
 from lazymem.eval.results import render_results
 from lazymem.llm.roles import build_llms
 from lazymem.methods.base import Context
@@ -38,45 +38,51 @@ def build_methods(cfg) -> list:
     return methods
 
 
+def build_retriever(cfg, methods):
+    needs = any(getattr(m, "needs_retrieval", False) for m in methods)
+    return instantiate(cfg.retrieval) if needs else None
+
+
 def run(cfg, run) -> dict:
     ds = load_dataset(cfg.data)
     run.meta.add_dataset(ds.source)
     methods = build_methods(cfg)
-    needs_retrieval = any(getattr(m, "needs_retrieval", False) for m in methods)
-    retriever = instantiate(cfg.retrieval) if needs_retrieval else None
-    prompts = cfg.prompts
+    retriever = build_retriever(cfg, methods)
     with build_llms(cfg.llm, run.dir / "servers") as llms:
-        roles = sorted({m.processor for m in methods if hasattr(m, "processor")})
-        policy = InvalidPolicy(**OmegaConf.to_container(cfg.construct.invalid))
-        processors = {
-            role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
-            for role in roles
-        }
-        ctx = Context(retriever, llms, processors, dataset_name=ds.name)
-        answerer = Answerer(
-            llms["answer"],
-            load(prompts.answer_system),
-            load(prompts.answer_compressed),
-            load(prompts.answer_raw),
-        )
-        judge = Judge(
-            llms["judge"],
-            JudgePrompts(prompts.judge_longmemeval, prompts.judge_rules, prompts.judge_locomo),
-            style_for(ds.name, cfg.judge.style),
-        )
-        records = Records(run.dir / "records.jsonl", resume=cfg.resume)
-        asyncio.run(_loop(ds, methods, ctx, answerer, judge, records))
-        llm_stats = llms.stats()
+        summary = evaluate(cfg, ds, methods, retriever, llms, run.dir)
+    print("\n" + render_results(summary))
+    return summary
+
+
+def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
+    """Every method over `ds`; writes records.jsonl, summary.json and results.md into out_dir."""
+    prompts = cfg.prompts
+    roles = sorted({m.processor for m in methods if hasattr(m, "processor")})
+    policy = InvalidPolicy(**OmegaConf.to_container(cfg.construct.invalid))
+    processors = {
+        role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
+        for role in roles
+    }
+    ctx = Context(retriever, llms, processors, dataset_name=ds.name)
+    answerer = Answerer(
+        llms["answer"], load(prompts.answer_system), load(prompts.answer_compressed), load(prompts.answer_raw)
+    )
+    judge = Judge(
+        llms["judge"],
+        JudgePrompts(prompts.judge_longmemeval, prompts.judge_rules, prompts.judge_locomo),
+        style_for(ds.name, cfg.judge.style),
+    )
+    records = Records(out_dir / "records.jsonl", resume=cfg.resume)
+    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records))
+    written = read_records(records.path)
     summary = {
         "dataset": ds.source.get("name"),
-        "methods": {m.name: summarize([r for r in _all(records) if r["method"] == m.name]) for m in methods},
-        "llm": llm_stats,
+        "methods": {m.name: summarize([r for r in written if r["method"] == m.name]) for m in methods},
+        "llm": llms.stats(),
         "resume_dropped": records.dropped,
     }
-    (run.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    results = render_results(summary)
-    (run.dir / "results.md").write_text(results + "\n")
-    print("\n" + results)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "results.md").write_text(render_results(summary) + "\n")
     return summary
 
 
@@ -97,9 +103,3 @@ def _postfix(record: dict) -> str:
         return "error"
     lat = record["latency_s"]
     return " ".join(f"{k}={v:.1f}s" for k, v in lat.items() if k != "total")
-
-
-def _all(records: Records) -> list[dict]:
-    from lazymem.eval.records import read_records
-
-    return read_records(records.path)

@@ -1,0 +1,41 @@
+"""task=main_table: every configured method on every configured benchmark (paper Tables 1, 7, 8).
+
+    python -m lazymem.run +experiment=main_table        # the paper's models on GPUs (vLLM)
+    python -m lazymem.run +experiment=main_table_cpu    # the same table with the bundled CPU models
+
+`benchmarks` maps a name to a data config. Model servers, retrieval indexes and embeddings are shared by
+all benchmarks and methods of the job. Each benchmark gets a subdirectory with its records.jsonl,
+summary.json and results.md; results.md at the top holds the tables with the paper's numbers beside ours.
+"""
+
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+
+from lazymem.data import load_dataset
+from lazymem.eval.main_table import render
+from lazymem.llm.roles import build_llms
+from lazymem.preflight import require
+from lazymem.tasks.evaluate import build_methods, build_retriever, evaluate
+
+
+def run(cfg, run) -> dict:
+    methods = build_methods(cfg)
+    benchmarks = OmegaConf.to_container(cfg.benchmarks, resolve=True)
+    require(cfg, methods, benchmarks)
+    retriever = build_retriever(cfg, methods)
+    summaries = {}
+    with build_llms(cfg.llm, run.dir / "servers") as llms:
+        for name, data in cfg.benchmarks.items():
+            ds = load_dataset(data)
+            run.meta.add_dataset(ds.source)
+            out = run.dir / name
+            out.mkdir(exist_ok=True)
+            summaries[name] = evaluate(cfg, ds, methods, retriever, llms, out)
+    (run.dir / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    tables = render(summaries)
+    (run.dir / "results.md").write_text(tables)
+    print("\n" + tables)
+    return summaries

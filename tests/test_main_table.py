@@ -1,0 +1,124 @@
+import json
+
+import pytest
+
+from lazymem.eval.main_table import load_paper, render
+from lazymem.eval.metrics import summarize
+
+from conftest import run_cli
+
+
+def test_main_table_without_gpu_stops_at_once_listing_everything(tmp_path):
+    out = run_cli("+experiment=main_table", f"hydra.run.dir={tmp_path}", env={"DEEPSEEK_API_KEY": ""})
+    assert out.returncode != 0
+    err = out.stderr
+    assert "this job cannot start; missing:" in err and "Traceback" not in err
+    for needle in (
+        "no GPU found",
+        "llm.roles.memory.model",
+        "llm.roles.memory_small.model",
+        "export DEEPSEEK_API_KEY",
+        "retrieval.reranker.model",
+        "benchmarks.locomo.path",
+    ):
+        assert needle in err, needle
+    assert not (tmp_path / "longmemeval").exists()  # no work started
+
+
+def _records(method, n_ok, correct, tokens, total):
+    return [
+        {
+            "qid": f"q{i}",
+            "method": method,
+            "type": "temporal",
+            "abstention": False,
+            "status": "ok",
+            "error": None,
+            "correct": i < correct,
+            "memory_tokens": tokens,
+            "gold_idx": [1],
+            "shown": [1],
+            "latency_s": {"retrieval": 0.5, "answer": total - 0.5, "judge": 1.0, "total": total},
+        }
+        for i in range(n_ok)
+    ]
+
+
+def test_tables_put_paper_numbers_beside_ours():
+    summaries = {
+        "locomo": {
+            "methods": {
+                "rag_top20": summarize(_records("rag_top20", 4, 3, 100, 2.0)),
+                "oracle_session": summarize(
+                    [
+                        {
+                            "qid": "q",
+                            "method": "oracle_session",
+                            "type": "temporal",
+                            "status": "not_applicable",
+                            "error": "n/a",
+                        }
+                    ]
+                ),
+                "my_method": summarize(_records("my_method", 2, 1, 50, 4.0)),
+            }
+        },
+    }
+    md = render(summaries, load_paper())
+    assert "| rag_top20 | 0.75 (0.51) | 0.75 (0.67) | 4 | 0 |" in md  # Table 1: temporal, LJ
+    assert "| oracle_session | n/a | n/a | 0 | 0 |" in md
+    assert "| my_method | 0.50 | 0.50 | 2 | 0 |" in md  # no paper number
+    assert "| rag_top20 | 100 (1658) |" in md  # Table 7
+    assert "| oracle_session | – |" in md
+    assert "### Table 8 (locomo)" in md and "| rag_top20 | 2.00 | 2.00 |" in md  # paper has LongMemEval only
+
+
+def test_paper_reference_numbers_are_consistent():
+    paper = load_paper()
+    t1 = paper["table1_accuracy"]["rows"]
+    assert t1["lazymem_4b"]["longmemeval"]["LJ"] == 0.85 and t1["lazymem_32b"]["locomo"]["LJ"] == 0.69
+    assert paper["table7_memory_tokens"]["rows"]["lazymem_4b"] == {"longmemeval": 213, "locomo": 697}
+    lat = paper["table8_latency_s"]["rows"]["lazymem_4b"]
+    assert lat["total"]["mean"] == pytest.approx(
+        lat["retrieval"]["mean"] + lat["processing"]["mean"] + lat["answer"]["mean"], abs=0.02
+    )
+
+
+@pytest.mark.slow
+def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
+    out = run_cli(
+        "+experiment=main_table_cpu",
+        "data@benchmarks.longmemeval=synthetic",
+        "benchmarks.longmemeval.limit=1",
+        f"benchmarks.locomo.path={locomo_file}",
+        "benchmarks.locomo.limit=1",
+        "llm.common.model=bundled:smollm2-135m",
+        "llm.common.served_name=smollm2-135m",
+        "llm.common.decoding.max_tokens=256",
+        "retrieval.n=5",
+        "w=1",
+        "methods.nanomemory.top_sessions=2",
+        f"hydra.run.dir={tmp_path}",
+        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
+        timeout=2400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    methods = {
+        "oracle_turn",
+        "oracle_session",
+        "rag_top20",
+        "rag_top50",
+        "nanomemory",
+        "lazymem_32b",
+        "lazymem_4b",
+        "full_history",
+    }
+    for bench in ("longmemeval", "locomo"):
+        assert set(summary[bench]["methods"]) == methods
+        recs = [json.loads(x) for x in (tmp_path / bench / "records.jsonl").read_text().splitlines()]
+        assert len(recs) == len(methods)
+    assert summary["locomo"]["methods"]["oracle_session"]["not_applicable"] == 1
+    assert summary["longmemeval"]["methods"]["oracle_session"]["ok"] == 1
+    md = (tmp_path / "results.md").read_text()
+    assert "### Table 1 (longmemeval)" in md and "### Table 7" in md and "### Table 8 (locomo)" in md
