@@ -115,3 +115,25 @@ def test_killed_run_resumes_without_duplicates(tmp_path):
         ["pgrep", "-f", f"llama_cpp.server.*{tmp_path}"], capture_output=True, text=True
     )
     assert leftovers.stdout.strip() == ""
+
+
+def test_latency_protocol_warmup_and_repeats(tmp_path):
+    out = run_cli(
+        "task=evaluate",
+        "method=oracle_turn",
+        *SMALL[1:4],
+        "data.limit=2",
+        "latency.warmup=1",
+        "latency.repeats=2",
+        "llm.cache=false",
+        f"hydra.run.dir={tmp_path}",
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = records(tmp_path)
+    assert len(recs) == 2  # warm-up runs are not recorded
+    assert all(len(r["latency_runs"]) == 2 for r in recs)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["methods"]["oracle_turn"]["latency_s"]["answer"]["n"] == 4
+    assert summary["llm"]["answer"]["calls"] == 1 + 4  # 1 warm-up question + 2 questions x 2 timed runs
+    assert summary["llm"]["answer"]["cache_hits"] == 0

@@ -112,3 +112,10 @@ def test_results_render_every_method_and_stage():
     assert "| m | 0.50 | 1.00 | 0.75 | 0.75 | 1.00 | – | 4 | 2 |" in md
     assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md
     assert "0.600" in md  # gate format rate
+
+
+def test_latency_statistics_pool_every_timed_run():
+    r = rec("a", "x", True)
+    r["latency_runs"] = [{"answer": 1.0, "total": 1.0}, {"answer": 3.0, "total": 3.0}]
+    s = summarize([r, rec("b", "x", True)])  # b has one run: answer 2.0
+    assert s["latency_s"]["answer"]["n"] == 3 and s["latency_s"]["answer"]["mean"] == pytest.approx(2.0)

@@ -21,6 +21,7 @@ def summarize(records: list[dict]) -> dict:
     per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
     abstain = [r["correct"] for r in judged if r["abstention"]]
     windows = [w for r in ok for w in r.get("windows") or []]
+    runs = [run for r in ok for run in r.get("latency_runs") or [r["latency_s"]]]  # every timed repetition
     outcomes = Counter(w["outcome"] for w in windows)
     gold = [r for r in ok if r["gold_idx"]]
     return {
@@ -39,7 +40,7 @@ def summarize(records: list[dict]) -> dict:
             [r["contains_reference"] for r in ok if r.get("contains_reference") is not None]
         ),
         "memory_tokens": describe([r["memory_tokens"] for r in ok]),
-        "latency_s": {s: describe([r["latency_s"][s] for r in ok if s in r["latency_s"]]) for s in STAGES},
+        "latency_s": {s: describe([run[s] for run in runs if s in run]) for s in STAGES},
         "windows": len(windows),
         "gate_format_rate": outcomes["gate_ok"] / len(windows) if windows else None,
         "window_outcomes": dict(outcomes),

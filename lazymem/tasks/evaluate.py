@@ -73,7 +73,12 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
         style_for(ds.name, cfg.judge.style),
     )
     records = Records(out_dir / "records.jsonl", resume=cfg.resume)
-    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records))
+    latency = cfg.latency
+    if (latency.warmup or latency.repeats > 1) and OmegaConf.select(cfg, "llm.cache"):
+        log.warning(
+            "latency.warmup/repeats with llm.cache=true: repeated calls are cache hits, set llm.cache=false"
+        )
+    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records, latency.warmup, latency.repeats))
     written = read_records(records.path)
     summary = {
         "dataset": ds.source.get("name"),
@@ -86,12 +91,25 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
     return summary
 
 
-async def _loop(ds, methods, ctx, answerer, judge, records: Records) -> None:
+async def _loop(ds, methods, ctx, answerer, judge, records: Records, warmup: int = 0, repeats: int = 1):
+    """Questions strictly one after another (the paper's latency protocol, Appendix C.2).
+
+    `warmup` question runs per method come first and are discarded; each question then runs `repeats`
+    times: the first run's outputs are recorded, the stage latencies of every run in `latency_runs`.
+    """
     for method in methods:
         todo = [q for q in ds.questions if not records.done(method.name, q.id)]
+        for q in todo[:warmup]:
+            await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
         bar = tqdm(todo, desc=f"{method.name:>14}", unit="q", dynamic_ncols=True)
         for q in bar:
-            record = await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
+            runs = [
+                await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
+                for _ in range(repeats)
+            ]
+            record = runs[0]
+            if repeats > 1 and record["status"] == "ok":
+                record["latency_runs"] = [r["latency_s"] for r in runs if r["status"] == "ok"]
             records.append(record)
             if record["status"] != "ok":
                 log.warning("%s %s: %s", method.name, q.id, record["error"])
