@@ -84,40 +84,61 @@ def test_paper_reference_numbers_are_consistent():
     )
 
 
+SMALL_CPU = [
+    "+experiment=main_table_cpu",
+    "data@benchmarks.longmemeval=synthetic",
+    "benchmarks.longmemeval.limit=1",
+    "llm.common.model=bundled:smollm2-135m",
+    "llm.common.served_name=smollm2-135m",
+    "llm.common.decoding.max_tokens=256",
+    "retrieval.n=5",
+    "w=1",
+    "methods.nanomemory.top_sessions=2",
+]
+METHODS = {
+    "oracle_turn",
+    "oracle_session",
+    "rag_top20",
+    "rag_top50",
+    "nanomemory",
+    "lazymem_32b",
+    "lazymem_4b",
+    "full_history",
+}
+
+
 @pytest.mark.slow
-def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
+def test_cpu_main_table_on_synthetic_data(tmp_path):
     out = run_cli(
-        "+experiment=main_table_cpu",
-        "data@benchmarks.longmemeval=synthetic",
-        "benchmarks.longmemeval.limit=1",
-        f"benchmarks.locomo.path={locomo_file}",
-        "benchmarks.locomo.limit=1",
-        "llm.common.model=bundled:smollm2-135m",
-        "llm.common.served_name=smollm2-135m",
-        "llm.common.decoding.max_tokens=256",
-        "retrieval.n=5",
-        "w=1",
-        "methods.nanomemory.top_sessions=2",
+        *SMALL_CPU,
+        "~benchmarks.locomo",
         f"hydra.run.dir={tmp_path}",
         env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
         timeout=2400,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    methods = {
-        "oracle_turn",
-        "oracle_session",
-        "rag_top20",
-        "rag_top50",
-        "nanomemory",
-        "lazymem_32b",
-        "lazymem_4b",
-        "full_history",
-    }
+    assert list(summary) == ["longmemeval"] and set(summary["longmemeval"]["methods"]) == METHODS
+    assert all(s["ok"] == 1 for s in summary["longmemeval"]["methods"].values())
+    assert "### Table 1 (longmemeval)" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
+    out = run_cli(
+        *SMALL_CPU,
+        f"benchmarks.locomo.path={locomo_file}",
+        "benchmarks.locomo.limit=1",
+        f"hydra.run.dir={tmp_path}",
+        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
+        timeout=2400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
     for bench in ("longmemeval", "locomo"):
-        assert set(summary[bench]["methods"]) == methods
+        assert set(summary[bench]["methods"]) == METHODS
         recs = [json.loads(x) for x in (tmp_path / bench / "records.jsonl").read_text().splitlines()]
-        assert len(recs) == len(methods)
+        assert len(recs) == len(METHODS)
     assert summary["locomo"]["methods"]["oracle_session"]["not_applicable"] == 1
     assert summary["longmemeval"]["methods"]["oracle_session"]["ok"] == 1
     md = (tmp_path / "results.md").read_text()
