@@ -50,11 +50,13 @@ def test_cpu_roles_share_the_bundled_qwen_on_llamacpp(tmp_path):
     reg = StubRegistry()
     llms = LLMSet(cfg, tmp_path, registry=reg)
     clients = {r: llms[r] for r in llms.roles}
-    assert len(set(reg.calls)) == 1 and reg.calls[0][:3] == (
-        "llamacpp",
-        "bundled:qwen2.5-0.5b",
-        "qwen2.5-0.5b",
-    )
+    # every role on one Qwen server, except the main table's small memory model (its own SmolLM2 server)
+    servers = {call[:3] for call in reg.calls}
+    assert servers == {
+        ("llamacpp", "bundled:qwen2.5-0.5b", "qwen2.5-0.5b"),
+        ("llamacpp", "bundled:smollm2-135m", "smollm2-135m"),
+    }
+    assert clients["memory_small"].cfg.served_name == "smollm2-135m"
     assert all(c.cfg.dialect == "llamacpp" and c.cfg.api_key_env is None for c in clients.values())
     assert clients["memory"].cfg.structured and not clients["answer"].cfg.structured
     assert clients["judge"].cfg.decoding.temperature == 0.0

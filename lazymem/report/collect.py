@@ -1,0 +1,194 @@
+"""Find finished run directories and flatten them into one row per (run, benchmark, method).
+
+A run directory holds config.yaml and summary.json. `task=evaluate` writes one summary
+({"dataset", "methods", ...}) and records.jsonl beside it; `task=main_table` writes {benchmark: summary}
+with each benchmark's records.jsonl in a subdirectory of that name. A path given to `find_runs` may be
+a run directory or any folder above run directories (a sweep with numbered subdirectories).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+MAX_DEPTH = 4
+
+
+@dataclass
+class Run:
+    path: Path
+    name: str
+    config: dict
+    summaries: dict[str, dict]  # benchmark -> evaluate summary
+    records: dict[str, list[dict]] = field(default_factory=dict)  # benchmark -> records
+    coverage: dict[str, dict] = field(default_factory=dict)  # benchmark -> coverage.json
+
+    def get(self, dotted: str, default=None):
+        node = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+
+def _natural(path: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() and (path / "config.yaml").is_file()
+
+
+def find_runs(paths) -> list[Path]:
+    """Run directories at or below the given paths, in natural order (2 before 10), each once."""
+    found: list[Path] = []
+
+    def walk(p: Path, depth: int):
+        if is_run_dir(p):
+            found.append(p)
+            return
+        if depth >= MAX_DEPTH:
+            return
+        for child in sorted((c for c in p.iterdir() if c.is_dir()), key=_natural):
+            walk(child, depth + 1)
+
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if not p.is_dir():
+            raise FileNotFoundError(f"report input {p} is not a directory")
+        walk(p, 0)
+    return list(dict.fromkeys(p.resolve() for p in found))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a half-written last line of a killed run
+                continue
+    return rows
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load_run(path: Path, name: str | None = None) -> Run:
+    path = Path(path)
+    config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    summary = json.loads((path / "summary.json").read_text())
+    run = Run(path=path, name=name or path.name, config=config, summaries={})
+    if "methods" in summary:  # task=evaluate: one benchmark at the top
+        bench = summary.get("dataset") or run.get("data.name") or "data"
+        run.summaries[bench] = summary
+        run.records[bench] = _read_jsonl(path / "records.jsonl")
+        cov = _read_json(path / "coverage.json")
+        if cov:
+            run.coverage[bench] = cov
+    else:  # task=main_table: {benchmark: summary}, records in <benchmark>/
+        for bench, s in summary.items():
+            if isinstance(s, dict) and "methods" in s:
+                run.summaries[bench] = s
+                run.records[bench] = _read_jsonl(path / bench / "records.jsonl")
+                cov = _read_json(path / bench / "coverage.json") or _read_json(path / "coverage.json")
+                if cov:
+                    run.coverage[bench] = cov
+    return run
+
+
+def load_runs(paths) -> list[Run]:
+    """Load every run; runs whose directory names collide get their parent's name prefixed."""
+    dirs = find_runs(paths)
+    names = [d.name for d in dirs]
+    runs = []
+    for d in dirs:
+        name = d.name if names.count(d.name) == 1 else f"{d.parent.name}/{d.name}"
+        runs.append(load_run(d, name))
+    return runs
+
+
+def method_w(run: Run, method: str) -> int | None:
+    """The window radius a method ran with: its own `radius`, else the run's top-level `w`."""
+    for key in ("methods", "method"):
+        node = run.get(key) or {}
+        cfg = node.get(method) if key == "methods" else (node if node.get("name") == method else None)
+        if isinstance(cfg, dict) and isinstance(cfg.get("radius"), int):
+            return cfg["radius"]
+    w = run.get("w")
+    return w if isinstance(w, int) else None
+
+
+def retrieval_n(run: Run) -> int | None:
+    n = run.get("retrieval.n")
+    return n if isinstance(n, int) else None
+
+
+def all_at_n(run: Run, bench: str, method: str, w: int | None, summary: dict) -> tuple[float | None, str]:
+    """All@n and where it came from.
+
+    coverage.json (task=coverage) gives it directly for the radius. Otherwise the windows in the records
+    are the retrieved messages expanded by w, so "every gold message lies in some window" is All@n. Methods
+    without windows fall back to the summary's all-gold-in-memory, a stricter number (after construction).
+    """
+    cov = run.coverage.get(bench)
+    if cov and w is not None and str(w) in cov.get("radii", {}):
+        return cov["radii"][str(w)].get("all_at_n"), "coverage"
+    hits = []
+    for r in run.records.get(bench, []):
+        if r.get("method") != method or r.get("status") != "ok" or not r.get("gold_idx"):
+            continue
+        windows = r.get("windows") or []
+        if not windows:
+            continue
+        expanded = {i for win in windows for i in win.get("idx") or []}
+        hits.append(set(r["gold_idx"]) <= expanded)
+    if hits:
+        return sum(hits) / len(hits), "windows"
+    return summary.get("all_gold_in_memory"), "memory"
+
+
+def rows(runs: list[Run]) -> list[dict]:
+    """One flat row per (run, benchmark, method) with the numbers the tables and plots use."""
+    out = []
+    for run in runs:
+        stage = run.get("stage")
+        for bench, summary in run.summaries.items():
+            for method, s in summary["methods"].items():
+                w = method_w(run, method)
+                cover, source = all_at_n(run, bench, method, w, s)
+                lat = s.get("latency_s") or {}
+                out.append(
+                    {
+                        "run": run.name,
+                        "path": str(run.path),
+                        "benchmark": bench,
+                        "method": method,
+                        "w": w,
+                        "n": retrieval_n(run),
+                        "stage": str(stage) if stage is not None else None,
+                        "questions": s.get("questions"),
+                        "judged": s.get("judged"),
+                        "errors": s.get("errors"),
+                        "not_applicable": bool(s.get("not_applicable")) and not s.get("ok"),
+                        "accuracy": s.get("accuracy"),
+                        "accuracy_by_type": s.get("accuracy_by_type") or {},
+                        "memory_tokens": s.get("memory_tokens") or {},
+                        "latency_s": lat,
+                        "gate_format_rate": s.get("gate_format_rate"),
+                        "windows": s.get("windows") or 0,
+                        "all_at_n": cover,
+                        "all_at_n_source": source,
+                        "memory_model": run.get("llm.roles.memory.model"),
+                    }
+                )
+    return out

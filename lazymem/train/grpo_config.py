@@ -1,0 +1,113 @@
+"""VERL 0.9.1 overrides for the GRPO stage (paper Table 10), built from conf/train/grpo.yaml.
+
+Key names were read from verl/trainer/config/_generated_ppo_trainer.yaml. Notes on the non-obvious ones:
+`clip_ratio` alone does nothing (the loss reads clip_ratio_low/high); `ppo_mini_batch_size` counts
+prompts; VERL defaults to 8 GPUs and rollout TP 2, hence explicit values; `rollout.name` has no default;
+the train dataloader always drops the last partial batch (ray_trainer / v1 trainer_base), so no key.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+KW = "+reward.custom_reward_function.reward_kwargs"
+
+
+def value(v: Any) -> str:
+    """A Hydra override value: bools/None as YAML words, lists as [..], strings quoted when needed."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(value(x) for x in v) + "]"
+    s = str(v)
+    if s and all(c.isalnum() or c in "_-./" for c in s) and s.lower() not in ("true", "false", "null"):
+        return s
+    return json.dumps(s)  # double-quoted; Hydra's grammar accepts it and keeps it a string
+
+
+def reward_kwargs(reward: Mapping[str, Any]) -> list[str]:
+    """eta, curriculum settings and the judge config as reward_kwargs, one scalar per override."""
+    cur = reward["curriculum"]
+    out = [
+        f"{KW}.eta={value(reward['eta'])}",
+        f"{KW}.curriculum_state={value(str(Path(cur['state_path']).resolve()))}",
+        f"{KW}.lam_phase1={value(cur['lam_phase1'])}",
+        f"{KW}.lam_phase2={value(cur['lam_phase2'])}",
+    ]
+    out += [f"{KW}.judge.{k}={value(v)}" for k, v in reward["judge"].items()]
+    return out
+
+
+def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> list[str]:
+    """The Hydra overrides for `python -m verl.trainer.main_ppo`, from train.grpo (+ train.reward)."""
+    if not g.get("rl_data_dir"):
+        raise ValueError("train.grpo.rl_data_dir is not set: point it at a task=build_rl run directory")
+    if g["train_batch_size"] % g["ppo_mini_batch_size"]:
+        # VERL 0.9.1's validate_config only checks mini <= batch; a remainder would leave a ragged update
+        raise ValueError(
+            f"ppo_mini_batch_size {g['ppo_mini_batch_size']} must divide "
+            f"train_batch_size {g['train_batch_size']}"
+        )
+    data = Path(g["rl_data_dir"]).resolve()
+    o = {
+        "algorithm.adv_estimator": "grpo",
+        "data.train_files": str(data / "train.parquet"),
+        "data.val_files": str(data / "val.parquet"),
+        "data.train_batch_size": g["train_batch_size"],
+        "data.max_prompt_length": g["max_prompt_length"],
+        "data.max_response_length": g["max_response_length"],
+        "actor_rollout_ref.model.path": g["model"],
+        f"{A}.optim.lr": g["lr"],
+        f"{A}.optim.lr_scheduler_type": g["lr_scheduler"],
+        f"{A}.optim.lr_warmup_steps_ratio": g["warmup_ratio"],
+        f"{A}.optim.weight_decay": g["weight_decay"],
+        f"{A}.optim.betas": list(g["betas"]),
+        f"{A}.optim.clip_grad": g["grad_clip"],
+        f"{A}.grad_clip": g["grad_clip"],
+        f"{A}.ppo_mini_batch_size": g["ppo_mini_batch_size"],
+        f"{A}.ppo_micro_batch_size_per_gpu": g["ppo_micro_batch_size_per_gpu"],
+        f"{A}.loss_agg_mode": g["loss_agg_mode"],
+        f"{A}.clip_ratio_low": g["clip_ratio"],
+        f"{A}.clip_ratio_high": g["clip_ratio"],
+        f"{A}.use_kl_loss": True,
+        f"{A}.kl_loss_type": g["kl_loss_type"],
+        f"{A}.kl_loss_coef": g["kl_loss_coef"],
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": g["log_prob_micro_batch_size_per_gpu"],
+        f"{R}.log_prob_micro_batch_size_per_gpu": g["log_prob_micro_batch_size_per_gpu"],
+        f"{R}.name": g["rollout_name"],
+        f"{R}.tensor_model_parallel_size": g["rollout_tp"],
+        f"{R}.n": g["rollout_n"],
+        f"{R}.temperature": g["temperature"],
+        f"{R}.top_p": g["top_p"],
+        "reward.custom_reward_function.path": g["reward_path"],
+        "reward.custom_reward_function.name": g["reward_name"],
+        "trainer.n_gpus_per_node": g["n_gpus_per_node"],
+        "trainer.nnodes": g["nnodes"],
+        "trainer.total_epochs": g["total_epochs"],
+        "trainer.test_freq": g["test_freq"],
+        "trainer.val_before_train": g["val_before_train"],
+        "trainer.save_freq": g["save_freq"],
+        "trainer.max_actor_ckpt_to_keep": g["max_actor_ckpt_to_keep"],
+        "trainer.resume_mode": g["resume_mode"],
+        "trainer.project_name": g["project_name"],
+        "trainer.experiment_name": g["experiment_name"],
+        "trainer.logger": list(g["logger"]),
+    }
+    out = [f"{k}={value(v)}" for k, v in o.items()]
+    if reward is not None:
+        out += reward_kwargs(reward)
+    return out + [str(x) for x in g.get("extra_overrides") or []]
+
+
+def command(ovr: list[str]) -> list[str]:
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *ovr]

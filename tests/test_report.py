@@ -1,0 +1,206 @@
+import csv
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from lazymem.eval.metrics import summarize
+from lazymem.report.collect import find_runs, load_runs, rows
+from lazymem.report.dashboard import render
+from lazymem.report.plots import make_plots, pareto_frontier
+from lazymem.report.tables import build_tables, load_references
+from lazymem.tasks import report as report_task
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EVIL = "</script><script>alert('x')</script><b>bold</b>"
+
+
+def _record(qid, method, qtype, correct, tokens, total, windows=None, gold=(3,)):
+    return {
+        "qid": qid,
+        "method": method,
+        "type": qtype,
+        "abstention": False,
+        "question": f"question {qid}?",
+        "reference": "Clover",
+        "gold_idx": list(gold),
+        "retrieved": [3, 9],
+        "shown": [3] if correct else [9],
+        "decided": [2, 3, 4] if windows else None,
+        "windows": windows or [],
+        "memory": f"memory of {qid} {EVIL}",
+        "answer": f"answer {qid}",
+        "answer_thinking": "thinking...",
+        "correct": correct,
+        "judge_raw": "Yes" if correct else "No",
+        "status": "ok",
+        "error": None,
+        "memory_tokens": tokens,
+        "latency_s": {
+            "retrieval": 0.1,
+            "processing": total - 1.1,
+            "answer": 1.0,
+            "judge": 0.5,
+            "total": total,
+        },
+    }
+
+
+def _window(idx):
+    decisions = [["KEEP", f"kept {i}", "relevant"] if i == 3 else ["DROP", "", "noise"] for i in idx]
+    return {"idx": idx, "core": [idx[len(idx) // 2]], "outcome": "gate_ok", "gate_error": None,
+            "decisions": decisions, "raw": "[]"}  # fmt: skip
+
+
+def _write_run(path, w, records, stage=None):
+    path.mkdir(parents=True)
+    cfg = {"task": "evaluate", "w": w, "data": {"name": "longmemeval"}, "retrieval": {"n": 50},
+           "methods": {"lazymem_4b": {"name": "lazymem_4b", "radius": w}, "rag_top50": {"name": "rag_top50"}},
+           "llm": {"roles": {"memory": {"model": "tiny"}}}}  # fmt: skip
+    if stage:
+        cfg["stage"] = stage
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    by_method = {}
+    for r in records:
+        by_method.setdefault(r["method"], []).append(r)
+    summary = {
+        "dataset": "longmemeval",
+        "methods": {m: summarize(rs) for m, rs in by_method.items()},
+        "llm": {},
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _records(w):
+    # w=0: the windows miss gold message 3 for q2; w=1 covers it for both questions.
+    win_q1 = [_window([2, 3, 4])]
+    win_q2 = [_window([8, 9, 10])] if w == 0 else [_window([2, 3, 4]), _window([8, 9, 10])]
+    return [
+        _record("q1", "lazymem_4b", "knowledge-update", True, 200, 40.0, win_q1),
+        _record("q2", "lazymem_4b", "multi-session", w == 1, 220, 44.0, win_q2),
+        _record("q1", "rag_top50", "knowledge-update", True, 14000, 30.0),
+        _record("q2", "rag_top50", "multi-session", False, 15000, 32.0),
+    ]
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    root = tmp_path / "sweep"
+    for i, w in ((0, 0), (1, 1)):
+        _write_run(root / str(i), w, _records(w))
+    return root
+
+
+def test_find_runs_in_sweep_and_main_table_layout(sweep, tmp_path):
+    mt = tmp_path / "mt"
+    _write_run(mt / "longmemeval", 1, _records(1))  # borrow a summary, then nest it as task=main_table does
+    (mt / "config.yaml").write_text((mt / "longmemeval" / "config.yaml").read_text())
+    (mt / "longmemeval" / "config.yaml").unlink()
+    nested = {"longmemeval": json.loads((mt / "longmemeval" / "summary.json").read_text())}
+    (mt / "summary.json").write_text(json.dumps(nested))
+    found = find_runs([sweep, mt])
+    assert [p.name for p in found] == ["0", "1", "mt"]
+    runs = load_runs([mt])
+    assert list(runs[0].summaries) == ["longmemeval"] and len(runs[0].records["longmemeval"]) == 4
+
+
+def test_rows_carry_w_and_all_at_n_from_windows(sweep):
+    flat = {(r["run"], r["method"]): r for r in rows(load_runs([sweep]))}
+    assert flat[("0", "lazymem_4b")]["w"] == 0 and flat[("1", "lazymem_4b")]["w"] == 1
+    assert flat[("0", "lazymem_4b")]["all_at_n"] == 0.5 and flat[("1", "lazymem_4b")]["all_at_n"] == 1.0
+    assert flat[("0", "lazymem_4b")]["all_at_n_source"] == "windows"
+    assert flat[("0", "rag_top50")]["all_at_n_source"] == "memory"
+
+
+def test_coverage_json_wins_over_records(sweep):
+    cov = {"n": 50, "radii": {"0": {"all_at_n": 0.9}, "1": {"all_at_n": 0.95}}}
+    (sweep / "0" / "coverage.json").write_text(json.dumps(cov))
+    flat = {(r["run"], r["method"]): r for r in rows(load_runs([sweep]))}
+    assert flat[("0", "lazymem_4b")]["all_at_n"] == 0.9
+    assert flat[("0", "lazymem_4b")]["all_at_n_source"] == "coverage"
+
+
+def test_tables_put_paper_numbers_beside_ours(sweep):
+    tables = {t.key: t for t in build_tables(rows(load_runs([sweep])))}
+    assert set(tables) == {
+        "table1_longmemeval",
+        "table2_radius",
+        "table7_memory_tokens",
+        "table8_longmemeval",
+    }
+    t1 = tables["table1_longmemeval"].markdown()
+    assert "| 1 | lazymem_4b | 1.00 (0.94) | 1.00 (0.67) | 1.00 (0.85) |" in t1
+    t2 = tables["table2_radius"].markdown()
+    assert "| longmemeval | lazymem_4b | 0 | 0 | 0.50 (0.77) | 0.500 (0.950) |" in t2
+    assert "| longmemeval | lazymem_4b | 1 | 1 | 1.00 (0.82) | 1.000 (0.970) |" in t2
+    assert "rag_top50" not in t2  # no windows: not part of the radius ablation
+    assert "210 (213)" in tables["table7_memory_tokens"].markdown()
+    assert "42.00 (40.86)" in tables["table8_longmemeval"].markdown()
+
+
+def test_csv_has_ours_and_paper_columns(sweep):
+    t = next(t for t in build_tables(rows(load_runs([sweep]))) if t.key == "table2_radius")
+    got = list(csv.DictReader(io.StringIO(t.csv())))
+    assert [r["w"] for r in got] == ["0", "1"]
+    assert got[0]["LJ"] == "0.5" and got[0]["LJ_paper"] == "0.77"
+    assert got[1]["All@50"] == "1" and got[1]["All@50_paper"] == "0.97"
+
+
+def test_single_w_has_no_table2_and_stage_label_makes_table3(tmp_path):
+    _write_run(tmp_path / "a", 1, _records(1), stage="sft")
+    _write_run(tmp_path / "b", 1, _records(1), stage="rl")
+    tables = {t.key: t for t in build_tables(rows(load_runs([tmp_path])))}
+    assert "table2_radius" not in tables
+    t3 = tables["table3_longmemeval"].markdown()
+    assert "| sft | lazymem_4b | a | 1.00 (0.94) | 1.00 (0.56) | 1.000 (0.963) | 1.00 (0.73) |" in t3
+    paths = make_plots(rows(load_runs([tmp_path])), load_references(), tmp_path)
+    assert "accuracy_by_stage.png" in [p.name for p in paths]
+
+
+def test_pareto_frontier():
+    pts = [(100, 0.8), (50, 0.7), (200, 0.9), (150, 0.75), (50, 0.6), (300, 0.9), (10, 0.5)]
+    assert pareto_frontier(pts) == [6, 1, 0, 2]  # x increasing, each better than everything cheaper
+    assert pareto_frontier([]) == []
+    assert pareto_frontier([(1, 1)]) == [0]
+
+
+def test_plots_are_pngs(sweep, tmp_path):
+    out = tmp_path / "plots"
+    out.mkdir()
+    paths = make_plots(rows(load_runs([sweep])), load_references(), out)
+    assert sorted(p.name for p in paths) == ["accuracy_by_radius.png", "figure2_longmemeval.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
+
+
+def test_dashboard_escapes_model_output(sweep, tmp_path):
+    runs = load_runs([sweep])
+    flat = rows(runs)
+    page = render(build_tables(flat), make_plots(flat, load_references(), tmp_path), runs)
+    assert "<script>alert" not in page and "</script><script>" not in page
+    assert page.count("data:image/png;base64,") == 2
+    data = page.split('id="report-data">')[1].split("</script>")[0]
+    records = json.loads(data)["records"]
+    assert len(records) == 8 and EVIL in records[0]["memory"]
+    assert "http://" not in page and "https://" not in page  # nothing fetched from outside
+
+
+def test_report_task_writes_everything(sweep, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = OmegaConf.create({"task": "report", "report": {"inputs": [str(sweep)]}})
+    result = report_task.run(cfg, SimpleNamespace(dir=out))
+    assert len(result["runs"]) == 2
+    for name in ("report.md", "table1_longmemeval.csv", "table2_radius.csv", "dashboard.html",
+                 "figure2_longmemeval.png", "accuracy_by_radius.png"):  # fmt: skip
+        assert (out / name).is_file(), name
+    assert "Table 2" in capsys.readouterr().out
+
+
+def test_report_task_needs_inputs(tmp_path):
+    with pytest.raises(SystemExit, match=r"report.inputs=\["):
+        report_task.run(OmegaConf.create({"task": "report"}), SimpleNamespace(dir=tmp_path))

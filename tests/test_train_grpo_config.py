@@ -1,0 +1,138 @@
+"""GRPO overrides: Table 10's values under VERL 0.9.1's key names, checked by composing VERL's own
+ppo_trainer config with them and running its validate_config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from lazymem.train.grpo_config import overrides, value
+
+from conftest import ROOT, run_cli
+
+GRPO = ROOT / "conf" / "train" / "grpo.yaml"
+REWARD = ROOT / "conf" / "train" / "reward.yaml"
+
+
+def grpo_cfg(tmp_path, **changes) -> dict:
+    cfg = OmegaConf.load(GRPO)
+    cfg.merge_with({"w": 2})  # the root key radius interpolates
+    g = OmegaConf.to_container(cfg, resolve=True)
+    g.pop("w")
+    g.update({"rl_data_dir": str(tmp_path), "model": "/models/sft", **changes})
+    return g
+
+
+def reward_cfg(tmp_path) -> dict:
+    r = OmegaConf.load(REWARD)
+    r.curriculum.state_path = str(tmp_path / "state.json")
+    r.judge.cache_path = str(tmp_path / "judge.sqlite")
+    return OmegaConf.to_container(r, resolve=True)
+
+
+def test_value_quoting():
+    assert value(True) == "true" and value(None) == "null" and value(1e-6) == "1e-06"
+    assert value("pkg://lazymem.train.reward") == '"pkg://lazymem.train.reward"'
+    assert value([0.9, 0.999]) == "[0.9,0.999]" and value("token-mean") == "token-mean"
+
+
+def test_overrides_need_rl_data_dir(tmp_path):
+    with pytest.raises(ValueError, match="rl_data_dir"):
+        overrides(grpo_cfg(tmp_path, rl_data_dir=None))
+
+
+def compose(ovr: list[str]):
+    import verl.trainer.config as verl_config
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(Path(verl_config.__file__).parent), version_base=None):
+        return hydra_compose("ppo_trainer", overrides=ovr)
+
+
+def validate(config) -> None:
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+
+
+@pytest.mark.slow
+def test_verl_composes_and_validates_table_10(tmp_path):
+    pytest.importorskip("verl")
+    config = compose(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)))
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    assert config.algorithm.adv_estimator == "grpo" and actor.loss_agg_mode == "token-mean"
+    assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl" and actor.kl_loss_coef == 0.001
+    assert actor.clip_ratio_low == actor.clip_ratio_high == 0.2
+    assert (actor.optim.lr, actor.optim.lr_scheduler_type, actor.optim.lr_warmup_steps_ratio) == (
+        1e-6,
+        "constant",
+        0.0,
+    )
+    assert actor.optim.weight_decay == 0.01 and actor.optim.clip_grad == 1.0
+    assert (config.data.train_batch_size, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu) == (
+        32,
+        16,
+        4,
+    )
+    assert (rollout.n, rollout.temperature, rollout.top_p, rollout.tensor_model_parallel_size) == (
+        8,
+        0.9,
+        0.95,
+        1,
+    )
+    assert (config.data.max_prompt_length, config.data.max_response_length) == (8192, 3072)
+    assert rollout.prompt_length == 8192 and rollout.response_length == 3072
+    t = config.trainer
+    assert (t.total_epochs, t.test_freq, t.val_before_train, t.save_freq, t.max_actor_ckpt_to_keep) == (
+        3,
+        10,
+        True,
+        30,
+        5,
+    )
+    assert t.n_gpus_per_node == 2 and t.resume_mode == "auto"
+    assert config.data.train_files == str(tmp_path.resolve() / "train.parquet")
+    crf = config.reward.custom_reward_function
+    assert (crf.path, crf.name) == ("pkg://lazymem.train.reward", "compute_score_async")
+    kw = crf.reward_kwargs
+    assert kw.eta == 0.915 and kw.curriculum_state == str(tmp_path / "state.json")
+    assert kw.judge.base_url == "http://127.0.0.1:8000/v1" and kw.judge.thinking is True
+    validate(config)
+    validate(compose(overrides(grpo_cfg(tmp_path, n_gpus_per_node=1))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", [{"ppo_mini_batch_size": 64}, {"n_gpus_per_node": 3}])
+def test_verl_rejects_inconsistent_batches(tmp_path, change):
+    """VERL 0.9.1 rejects a mini-batch above the batch and a rollout batch not divisible by the GPUs."""
+    pytest.importorskip("verl")
+    with pytest.raises((AssertionError, ValueError)):
+        validate(compose(overrides(grpo_cfg(tmp_path, **change))))
+
+
+def test_mini_batch_must_divide_the_batch(tmp_path):
+    """VERL 0.9.1 lets 32 prompts / mini-batch 12 through; we refuse it before launching."""
+    with pytest.raises(ValueError, match="divide"):
+        overrides(grpo_cfg(tmp_path, ppo_mini_batch_size=12))
+
+
+def test_train_grpo_dry_run(tmp_path):
+    proc = run_cli(
+        "+experiment=train_grpo",
+        f"train.grpo.rl_data_dir={tmp_path}",
+        "train.grpo.dry_run=true",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "run" / "overrides.txt").read_text().splitlines()
+    assert "algorithm.adv_estimator=grpo" in lines and "trainer.n_gpus_per_node=2" in lines
+    assert any(x.startswith("+reward.custom_reward_function.reward_kwargs.judge.model=") for x in lines)
+    assert "verl.trainer.main_ppo" in (tmp_path / "run" / "command.sh").read_text()

@@ -1,0 +1,105 @@
+"""RL prompts: 50/50 balancing (gold with replacement, the rest without) and build_rl end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lazymem.construct.windows import Window
+from lazymem.data.schema import Message, Question
+from lazymem.train import rl_data
+from lazymem.train.rl_rows import read_ground_truth
+from lazymem.train.sft_data import WindowItem
+
+from conftest import run_cli
+
+
+def item(k: int, gold: bool) -> WindowItem:
+    q = Question(f"q{k}", "t", "what?", "ans", "h", gold_idx=(0,) if gold else ())
+    msgs = (Message(0, "s", "2023/01/01", "user", "hi"), Message(1, "s", "2023/01/01", "assistant", "ok"))
+    chat = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"window {k}"}]
+    return WindowItem(q, Window((0, 1), (0,), 0), chat, (gold, False), msgs)
+
+
+def test_balance_pool_halves_with_and_without_replacement():
+    pool = [item(k, gold=k < 2) for k in range(12)]
+    out, info = rl_data.balance_pool(pool, 8, seed=0)
+    assert len(out) == 8 and sum(any(it.gold) for it in out) == 4
+    assert info["unique_gold_bearing"] <= 2  # only two gold windows: sampled with replacement
+    non_gold = [id(it) for it in out if not any(it.gold)]
+    assert len(set(non_gold)) == 4  # without replacement
+    assert not info["short_of_nongold"]
+    assert [it.question.id for it in out] == [it.question.id for it in rl_data.balance_pool(pool, 8, 0)[0]]
+
+
+def test_balance_pool_short_of_non_gold_takes_all():
+    pool = [item(k, gold=k < 5) for k in range(8)]
+    out, info = rl_data.balance_pool(pool, 10, seed=1)
+    assert info["short_of_nongold"] and info["non_gold"] == 3 and info["gold_bearing"] == 5
+    assert len(out) == 8
+
+
+def test_rows_are_verl_rows():
+    rows = rl_data.rows([item(0, True), item(1, False)], "train", {"q0": "t0", "q1": "t1"})
+    assert rows[0]["prompt"][1]["content"] == "window 0"
+    truth = read_ground_truth(rows[0]["reward_model"]["ground_truth"])
+    assert truth.gold == (True, False) and truth.query_time == "t0" and truth.answer == "ans"
+    assert rows[1]["extra_info"] == {
+        "split": "train",
+        "index": 1,
+        "question_id": "q1",
+        "question_type": "t",
+        "window_start": 0,
+        "window_end": 1,
+        "gold_bearing": False,
+    }
+
+
+@pytest.mark.slow
+def test_build_rl_end_to_end(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    proc = run_cli(
+        "+experiment=build_rl",
+        "train.grpo.data.size=20",
+        "retrieval.n=5",
+        f"hydra.run.dir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = json.loads((tmp_path / "rl_stats.json").read_text())
+    train = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert len(train) == stats["train"]["rows"] == 20
+    gold = [any(read_ground_truth(r["reward_model"]["ground_truth"]).gold) for r in train]
+    assert sum(gold) == 10 and all(r["extra_info"]["split"] == "train" for r in train)
+    assert sum(r["extra_info"]["gold_bearing"] for r in train) == 10
+    val = pq.read_table(tmp_path / "val.parquet").to_pylist()
+    assert len(val) == stats["val"]["pool"]["windows"] > 0  # every validation window, unbalanced
+    assert train[0]["prompt"][0]["role"] == "system" and train[0]["prompt"][1]["role"] == "user"
+
+
+def test_reward_diagnostics_task(tmp_path):
+    """The Table 11 task over a tiny rollout file (lives here: RL-stage tooling, no model)."""
+
+    def line(pid, gold, ops):
+        items = [{"op": o, "compressed_content": "c" if o == "KEEP" else "", "reason": ""} for o in ops]
+        return json.dumps({"prompt_id": pid, "gold": gold, "response": json.dumps(items)})
+
+    g = [True, True, False, False, False, False]
+    src = tmp_path / "rollouts.jsonl"
+    src.write_text(
+        "\n".join(
+            [
+                line("A", g, ["KEEP", "KEEP", "DROP", "DROP", "KEEP", "KEEP"]),
+                line("A", g, ["KEEP", "DROP", "DROP", "DROP", "DROP", "DROP"]),
+            ]
+        )
+        + "\n"
+    )
+    proc = run_cli(
+        "+experiment=reward_diagnostics", f"diagnostics.rollouts={src}", f"hydra.run.dir={tmp_path}/r"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "r" / "reward_diagnostics.json").read_text())
+    assert result["n_conflict_pairs"] == 1 and result["rewards"]["ours"]["inversion"] == 0.0
+    table = (tmp_path / "r" / "reward_diagnostics.md").read_text()
+    assert "| Micro (Eq. 10) | 100.0% |" in table and "| Ours (Eq. 12) | 0.0% | 0.0% |" in table
