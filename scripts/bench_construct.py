@@ -18,6 +18,8 @@ import random
 import time
 from collections import Counter
 
+from omegaconf import OmegaConf
+
 from lazymem.construct.decisions import check_decisions, salvage_decisions
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.construct.windows import build_windows
@@ -28,7 +30,8 @@ from lazymem.prompts import load
 from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.hybrid import HybridRetriever
 
-NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+# the category names the project configures (conf/data/locomo.yaml), not a second copy
+NAMES = OmegaConf.load("conf/data/locomo.yaml").loader.category_names
 
 
 def sample_windows(args):

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from lazymem.data import locomo
 from lazymem.eval.coverage import question_coverage
 
-NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+# the category names the project configures (conf/data/locomo.yaml), not a second copy
+NAMES = OmegaConf.load("conf/data/locomo.yaml").loader.category_names
 PATH = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/locomo_dev8.json"
 ds = locomo.load(PATH, category_names=NAMES)
 base = OmegaConf.load("conf/retrieval/hybrid.yaml")
