@@ -33,6 +33,10 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
     for role in roles_used(methods):
         rc = role_config(cfg.llm, role)
         where = f"llm.roles.{role}"
+        if rc["backend"] != "endpoint" and not rc.get("model"):
+            how = f"stages.{cfg.stage}" if role == "memory" and "stage" in cfg else f"{where}.model"
+            found.append(f"{where}.model is not set: pass {how}=... (a model directory or a GGUF)")
+            continue
         if rc["backend"] == "vllm":
             gpu_needed_by.append(f"{where} (vLLM)")
             model = str(rc["model"])
@@ -77,7 +81,7 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
             0,
             "no GPU found (nvidia-smi / torch.cuda), needed by "
             + ", ".join(gpu_needed_by)
-            + "; on a CPU machine use the CPU variant, e.g. +experiment=main_table_cpu",
+            + "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)",
         )
     return found
 

@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from lazymem import tracking
 from lazymem.data.schema import DataError
 from lazymem.rundir import RunMeta, scrub, secret_values, write_config
 
@@ -68,7 +69,8 @@ def execute(cfg: DictConfig) -> dict | None:
     write_config(cfg, run_dir)
     run = Run(cfg, run_dir)
     log.info("run directory: %s", run_dir)
-    status, error = "failed", None
+    tracker = tracking.start(cfg, run_dir)  # logger=wandb: a W&B run (offline by default), else nothing
+    status, error, result = "failed", None, None
     try:
         task = importlib.import_module(f"lazymem.tasks.{cfg.task}")
         result = task.run(cfg, run)
@@ -95,7 +97,11 @@ def execute(cfg: DictConfig) -> dict | None:
         raise
     finally:
         run.meta.finish(status, error)
-        scrub(run_dir, secret_values(cfg))
+        secrets = secret_values(cfg)
+        scrub(run_dir, secrets)  # before the tracker reads the outputs
+        tracker.finish(run_dir, result, ok=status == "ok")
+        if tracker.files:  # and W&B's own text files once it has written them
+            scrub(tracker.files, secrets)
 
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -36,12 +37,43 @@ def locomo_file() -> Path:
 
 
 def run_cli(*overrides: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python -m lazymem.run OVERRIDES` from the repo root, as a user would run it."""
+    """`python -m lazymem.run OVERRIDES` from the repo root, as a user would run it.
+
+    Without tracking (`logger=none`) unless the caller passes a `logger=` override; an `env` value of None
+    removes that variable.
+    """
+    if not any(o.lstrip("+~").startswith("logger=") for o in overrides):
+        overrides = (*overrides, "logger=none")
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "lazymem.run", *overrides],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in full_env.items() if v is not None},
     )
+
+
+def read_wandb(path: Path) -> list:
+    """The records of a `run-*.wandb` transaction log (32 KiB blocks of crc32/len/type-framed chunks)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if n == 0 and kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):  # full, last
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            out.append(rec)
+    return out

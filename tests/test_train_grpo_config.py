@@ -3,11 +3,13 @@ ppo_trainer config with them and running its validate_config."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from lazymem.train import verl_trainer
 from lazymem.train.grpo_config import overrides, value
 
 from conftest import ROOT, run_cli
@@ -105,8 +107,18 @@ def test_verl_composes_and_validates_table_10(tmp_path):
     kw = crf.reward_kwargs
     assert kw.eta == 0.915 and kw.curriculum_state == str(tmp_path / "state.json")
     assert kw.judge.base_url == "http://127.0.0.1:8000/v1" and kw.judge.thinking is True
+    # the curriculum trainer, its registration hook, and its settings read from the reward kwargs
+    assert config.trainer.v1.trainer_mode == verl_trainer.TRAINER_NAME
+    assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == verl_trainer.HOOK
+    assert (kw.tau, kw.lam_phase1, kw.lam_phase2) == (0.99, 0.0, 0.5)
+    cur = verl_trainer.curriculum_from_config(config)
+    assert (cur.path, cur.tau, cur.lam_phase1, cur.lam_phase2) == (tmp_path / "state.json", 0.99, 0.0, 0.5)
     validate(config)
     validate(compose(overrides(grpo_cfg(tmp_path, n_gpus_per_node=1))))
+    plain = compose(overrides(grpo_cfg(tmp_path, curriculum=False), reward_cfg(tmp_path)))
+    assert plain.trainer.v1.trainer_mode == "sync"  # VERL's default
+    assert "worker_process_setup_hook" not in plain.ray_kwargs.ray_init.runtime_env
+    validate(plain)
 
 
 @pytest.mark.slow
@@ -116,6 +128,43 @@ def test_verl_rejects_inconsistent_batches(tmp_path, change):
     pytest.importorskip("verl")
     with pytest.raises((AssertionError, ValueError)):
         validate(compose(overrides(grpo_cfg(tmp_path, **change))))
+
+
+def test_curriculum_switch(tmp_path):
+    on = overrides(grpo_cfg(tmp_path, extra_overrides=["trainer.v1.trainer_mode=sync"]), reward_cfg(tmp_path))
+    hook = (
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=lazymem.train.verl_trainer.setup_worker"
+    )
+    assert "trainer.v1.trainer_mode=lazymem_curriculum" in on and hook in on
+    assert "+reward.custom_reward_function.reward_kwargs.tau=0.99" in on
+    assert on[-1] == "trainer.v1.trainer_mode=sync"  # extra_overrides come last, so they can override
+    off = overrides(grpo_cfg(tmp_path, curriculum=False), reward_cfg(tmp_path))
+    assert not any("trainer_mode" in x or "setup_hook" in x for x in off)
+    assert "+reward.custom_reward_function.reward_kwargs.tau=0.99" in off  # the reward kwargs stay
+    # the hook as Ray loads it (ray._common.utils.load_class): module path, then attribute
+    module, _, name = verl_trainer.HOOK.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is verl_trainer.setup_worker
+
+
+@pytest.mark.slow
+def test_reward_accepts_the_composed_reward_kwargs(tmp_path):
+    """The reward_kwargs reach compute_score_async as keyword arguments (VERL's get_custom_reward_fn)."""
+    pytest.importorskip("verl")
+    import asyncio
+    import json
+
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from lazymem.train.rl_rows import ground_truth_json
+
+    fn = get_custom_reward_fn(compose(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path))))
+    msgs = [{"role": "user", "content": f"m{i}", "timestamp": "2023/05/01"} for i in range(2)]
+    truth = ground_truth_json(query="q", query_time="t", messages=msgs, gold=[True, False], answer="a")
+    reply = json.dumps(
+        [{"op": op, "compressed_content": c, "reason": ""} for op, c in (("KEEP", "c"), ("DROP", ""))]
+    )
+    out = asyncio.run(fn(data_source="lazymem", solution_str=reply, ground_truth=truth, extra_info={}))
+    assert out["format_ok"] == 1.0 and out["phase"] == 1 and out["score"] == 1.0
 
 
 def test_mini_batch_must_divide_the_batch(tmp_path):
@@ -129,10 +178,45 @@ def test_train_grpo_dry_run(tmp_path):
         "+experiment=train_grpo",
         f"train.grpo.rl_data_dir={tmp_path}",
         "train.grpo.dry_run=true",
+        "logger=wandb",
+        "logger.project=memproj",  # VERL reports to the launching run's W&B project
         f"hydra.run.dir={tmp_path / 'run'}",
+        env={"WANDB_MODE": "offline"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "run" / "overrides.txt").read_text().splitlines()
+    assert "trainer.project_name=memproj" in lines
     assert "algorithm.adv_estimator=grpo" in lines and "trainer.n_gpus_per_node=2" in lines
     assert any(x.startswith("+reward.custom_reward_function.reward_kwargs.judge.model=") for x in lines)
     assert "verl.trainer.main_ppo" in (tmp_path / "run" / "command.sh").read_text()
+
+
+def test_checkpoints_and_the_curriculum_state_share_a_directory(tmp_path):
+    g = grpo_cfg(tmp_path, checkpoint_dir=str(tmp_path / "ckpt"))
+    r = reward_cfg(tmp_path)
+    r["curriculum"]["state_path"] = None  # the default: next to the checkpoints of this training run
+    lines = overrides(g, r)
+    assert f"trainer.default_local_dir={tmp_path / 'ckpt'}" in lines
+    state = tmp_path / "ckpt" / "curriculum_state.json"
+    assert f"+reward.custom_reward_function.reward_kwargs.curriculum_state={state}" in lines
+    r["curriculum"]["state_path"] = str(tmp_path / "elsewhere.json")
+    assert any(x.endswith("curriculum_state=" + str(tmp_path / "elsewhere.json")) for x in overrides(g, r))
+
+
+def test_default_checkpoint_dir_names_the_experiment(tmp_path):
+    g = grpo_cfg(tmp_path)
+    assert g["checkpoint_dir"] == "checkpoints/grpo"
+    assert "trainer.project_name=lazymem" in overrides(g)
+
+
+def test_train_grpo_without_the_gpus_stops_before_starting_verl(tmp_path):
+    proc = run_cli(
+        "+experiment=train_grpo",
+        f"train.grpo.rl_data_dir={tmp_path}",
+        "train.grpo.n_gpus_per_node=1024",  # more than any machine running this test has
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert proc.returncode != 0
+    assert "train_grpo needs 1024 GPUs on this node (train.grpo.n_gpus_per_node), found " in proc.stderr
+    assert not (tmp_path / "run" / "verl.log").exists()
+    assert (tmp_path / "run" / "command.sh").exists()  # the command is still there to inspect

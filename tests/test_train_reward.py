@@ -423,3 +423,16 @@ def test_real_client_sends_the_judge_settings_and_caches(tmp_path):
     assert body["model"] == "qwen3-32b" and body["temperature"] == 0.0 and body["max_tokens"] == 1024
     assert body["response_format"]["type"] == "json_schema"
     assert body["chat_template_kwargs"] == {"enable_thinking": True} and body["thinking_token_budget"] == 512
+
+
+def test_curriculum_settings_pass_through_and_phase1_lambda_applies_before_the_state_file(judge, tmp_path):
+    """VERL hands every reward_kwarg to the reward: the trainer's own (tau, lam_phase2) are accepted, and
+    lam_phase1 is the lambda until the trainer has written the state file."""
+    text, gt = response([K, D]), truth([True, False])
+    missing = str(tmp_path / "not-yet.json")
+    kw = {"curriculum_state": missing, "tau": 0.99, "lam_phase2": 0.5}
+    assert compute_score("lazymem", text, gt, lam_phase1=0.0, **kw)["lam"] == 0.0
+    out = compute_score("lazymem", text, gt, lam_phase1=0.25, **kw)
+    assert (out["lam"], out["phase"], out["judge_calls"]) == (0.25, 1, 1)
+    with pytest.raises(TypeError, match="unknown settings"):
+        compute_score("lazymem", text, gt, tua=0.99)

@@ -54,20 +54,24 @@ def role_config(cfg: Mapping[str, Any], role: str) -> dict[str, Any]:
     return rc
 
 
-def has_gpu() -> bool:
-    """An NVIDIA GPU visible through ``nvidia-smi -L``, or, failing that, ``torch.cuda``."""
+def gpu_count() -> int:
+    """NVIDIA GPUs visible through ``nvidia-smi -L``, or, failing that, ``torch.cuda``."""
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-            return out.returncode == 0 and "GPU" in out.stdout
         except (OSError, subprocess.SubprocessError):
-            return False
+            return 0
+        return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
     try:
         import torch  # optional and slow to import: only when nvidia-smi is missing
 
-        return bool(torch.cuda.is_available())
+        return int(torch.cuda.device_count())
     except Exception:
-        return False
+        return 0
+
+
+def has_gpu() -> bool:
+    return gpu_count() > 0
 
 
 def _is_gguf(model: str) -> bool:

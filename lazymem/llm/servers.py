@@ -9,7 +9,6 @@ for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import os
@@ -20,9 +19,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from lazymem.subproc import death_signal_preexec
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,6 @@ _LIVE: set[ManagedServer] = set()
 _PREV_HANDLERS: dict[int, Any] = {}
 _HOOKS_LOCK = threading.Lock()
 _ATEXIT_SET = False
-_PR_SET_PDEATHSIG = 1
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # health checks stay local
 
 
@@ -77,25 +76,6 @@ def _install_hooks() -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             _PREV_HANDLERS[sig] = signal.getsignal(sig)
             signal.signal(sig, _on_signal)
-
-
-def _death_signal_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child receive SIGKILL when this process dies (Linux only).
-
-    The kernel sends it when the *thread* that forked dies, so it is only set up from the main thread.
-    libc is loaded here, before the fork; the child only calls into it.
-    """
-    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a server mid-request may ignore SIGTERM
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 class ManagedServer:
@@ -156,7 +136,7 @@ class ManagedServer:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own session and process group: killpg reaches all children
-                preexec_fn=_death_signal_preexec(),
+                preexec_fn=death_signal_preexec(),
                 env={**os.environ, **self.env},
             )
         _LIVE.add(self)

@@ -24,6 +24,7 @@ from lazymem.eval.records import Records, read_records
 from lazymem.eval.results import render_results
 from lazymem.llm.roles import build_llms
 from lazymem.methods.base import Context
+from lazymem.preflight import require
 from lazymem.prompts import load
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ def run(cfg, run) -> dict:
     ds = load_dataset(cfg.data)
     run.meta.add_dataset(ds.source)
     methods = build_methods(cfg)
+    require(cfg, methods, {})  # the data loader checks its own file
     retriever = build_retriever(cfg, methods)
     with build_llms(cfg.llm, run.dir / "servers") as llms:
         summary = evaluate(cfg, ds, methods, retriever, llms, run.dir)

@@ -2,7 +2,8 @@
 
 Builds the VERL overrides from train.grpo (+ train.reward for the reward kwargs), writes them to
 overrides.txt and command.sh, then runs `python -m verl.trainer.main_ppo` as a subprocess, streaming its
-output into the console and verl.log. `train.grpo.dry_run=true` stops after writing the files.
+output into the console and verl.log. `train.grpo.dry_run=true` stops after writing the files. On one
+node it first checks that the GPUs are there: VERL itself would wait for them without end.
 Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory>.
 """
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import shlex
-import subprocess
-import sys
 
 from omegaconf import OmegaConf
 
+from lazymem import tracking
+from lazymem.llm.roles import gpu_count
+from lazymem.subproc import stream
 from lazymem.train.grpo_config import command, overrides
 
 log = logging.getLogger(__name__)
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 
 def run(cfg, run) -> dict:
     g = OmegaConf.to_container(cfg.train.grpo, resolve=True)
+    g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
     reward = cfg.train.get("reward")
     reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
     ovr = overrides(g, reward)
@@ -32,13 +35,14 @@ def run(cfg, run) -> dict:
     if g["dry_run"]:
         print(f"dry run: {len(ovr)} overrides -> {run.dir / 'command.sh'}")
         return result
+    gpus, wanted = gpu_count(), int(g["n_gpus_per_node"])
+    if int(g["nnodes"]) == 1 and gpus < wanted:  # VERL would wait for them forever
+        raise SystemExit(
+            f"error: train_grpo needs {wanted} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}; "
+            "train.grpo.dry_run=true writes the command without running it"
+        )
     log.info("starting VERL: %s", shlex.join(cmd[:3]))
-    with open(run.dir / "verl.log", "w", encoding="utf-8") as logf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            logf.write(line)
-        rc = proc.wait()
+    rc = stream(cmd, run.dir / "verl.log", tracking.subprocess_env(cfg, run.dir, name=f"{run.dir.name}-grpo"))
     result["returncode"] = rc
     if rc != 0:
         raise RuntimeError(f"VERL exited with status {rc}; see {run.dir / 'verl.log'}")

@@ -4,6 +4,8 @@ Key names were read from verl/trainer/config/_generated_ppo_trainer.yaml. Notes 
 `clip_ratio` alone does nothing (the loss reads clip_ratio_low/high); `ppo_mini_batch_size` counts
 prompts; VERL defaults to 8 GPUs and rollout TP 2, hence explicit values; `rollout.name` has no default;
 the train dataloader always drops the last partial batch (ray_trainer / v1 trainer_base), so no key.
+With `curriculum` on, `trainer.v1.trainer_mode` selects lazymem's trainer (lazymem/train/verl_trainer.py),
+which feeds each validation's format-valid rate to the reward curriculum.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lazymem.train import verl_trainer
+
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 KW = "+reward.custom_reward_function.reward_kwargs"
+# a key VERL's runtime_env lacks, merged into ray.init(runtime_env=...) by verl/trainer/main_ppo.py run_ppo
+SETUP_HOOK = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 
 
 def value(v: Any) -> str:
@@ -35,17 +41,30 @@ def value(v: Any) -> str:
     return json.dumps(s)  # double-quoted; Hydra's grammar accepts it and keeps it a string
 
 
-def reward_kwargs(reward: Mapping[str, Any]) -> list[str]:
-    """eta, curriculum settings and the judge config as reward_kwargs, one scalar per override."""
+def reward_kwargs(reward: Mapping[str, Any], default_state: Path) -> list[str]:
+    """eta, curriculum settings and the judge config as reward_kwargs, one scalar per override.
+
+    The curriculum trainer reads its settings here too (verl_trainer.curriculum_from_config): one source.
+    """
     cur = reward["curriculum"]
     out = [
         f"{KW}.eta={value(reward['eta'])}",
-        f"{KW}.curriculum_state={value(str(Path(cur['state_path']).resolve()))}",
+        f"{KW}.curriculum_state={value(str(Path(cur['state_path'] or default_state).resolve()))}",
         f"{KW}.lam_phase1={value(cur['lam_phase1'])}",
         f"{KW}.lam_phase2={value(cur['lam_phase2'])}",
+        f"{KW}.tau={value(cur['tau'])}",
     ]
     out += [f"{KW}.judge.{k}={value(v)}" for k, v in reward["judge"].items()]
     return out
+
+
+def curriculum_overrides() -> list[str]:
+    """Select the curriculum trainer. main_ppo looks the class up inside its TaskRunner, a Ray actor, so
+    Ray's worker_process_setup_hook registers it in the workers (the driver never looks it up)."""
+    return [
+        f"trainer.v1.trainer_mode={value(verl_trainer.TRAINER_NAME)}",
+        f"{SETUP_HOOK}={value(verl_trainer.HOOK)}",
+    ]
 
 
 def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> list[str]:
@@ -59,6 +78,7 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
             f"train_batch_size {g['train_batch_size']}"
         )
     data = Path(g["rl_data_dir"]).resolve()
+    checkpoints = Path(g["checkpoint_dir"]).resolve()
     o = {
         "algorithm.adv_estimator": "grpo",
         "data.train_files": str(data / "train.parquet"),
@@ -98,14 +118,17 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
         "trainer.val_before_train": g["val_before_train"],
         "trainer.save_freq": g["save_freq"],
         "trainer.max_actor_ckpt_to_keep": g["max_actor_ckpt_to_keep"],
+        "trainer.default_local_dir": str(checkpoints),
         "trainer.resume_mode": g["resume_mode"],
-        "trainer.project_name": g["project_name"],
+        "trainer.project_name": g["project_name"] or "lazymem",
         "trainer.experiment_name": g["experiment_name"],
         "trainer.logger": list(g["logger"]),
     }
     out = [f"{k}={value(v)}" for k, v in o.items()]
     if reward is not None:
-        out += reward_kwargs(reward)
+        out += reward_kwargs(reward, checkpoints / "curriculum_state.json")
+    if g["curriculum"]:
+        out += curriculum_overrides()
     return out + [str(x) for x in g.get("extra_overrides") or []]
 
 

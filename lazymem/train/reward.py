@@ -56,6 +56,7 @@ RESULT_KEYS = (
     "judge_errors",
 )
 _VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})  # passed by VERL, unused
+_TRAINER_SETTINGS = frozenset({"tau", "lam_phase2"})  # read by the curriculum trainer (verl_trainer.py)
 
 
 def category_accuracy(gold: Sequence[bool], ops: Sequence[str]) -> tuple[float | None, float | None]:
@@ -88,19 +89,23 @@ class RewardOptions:
     lam: float | None = None  # fixed lambda; None = follow the curriculum state file
     curriculum_state: str | None = None  # state file path; None = $LAZYMEM_CURRICULUM_STATE
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    lam_phase1: float = 0.0  # lambda before the curriculum's state file exists
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> "RewardOptions":
-        unknown = sorted(set(kwargs) - {"eta", "lam", "curriculum_state", "judge"} - _VERL_EXTRAS)
+        own = {"eta", "lam", "curriculum_state", "judge", "lam_phase1"}
+        unknown = sorted(set(kwargs) - own - _VERL_EXTRAS - _TRAINER_SETTINGS)
         if unknown:
             raise TypeError(f"compute_score got unknown settings {unknown}")
         eta = float(kwargs.get("eta", ETA))
         lam = kwargs.get("lam")
         lam = None if lam is None else float(lam)
-        if not 0.0 <= eta <= 1.0 or (lam is not None and not 0.0 <= lam <= 1.0):
-            raise ValueError(f"eta and lam must lie in [0, 1]; got eta={eta}, lam={lam}")
+        lam1 = float(kwargs.get("lam_phase1", 0.0))
+        if not all(0.0 <= x <= 1.0 for x in (eta, lam1, 0.0 if lam is None else lam)):
+            raise ValueError(f"eta, lam and lam_phase1 must lie in [0, 1]; got {eta}, {lam}, {lam1}")
         state = kwargs.get("curriculum_state")
-        return cls(eta, lam, str(state) if state else None, JudgeConfig.from_mapping(kwargs.get("judge")))
+        judge = JudgeConfig.from_mapping(kwargs.get("judge"))
+        return cls(eta, lam, str(state) if state else None, judge, lam1)
 
     def lam_phase(self) -> tuple[float, int]:
         """(lambda, phase) in force now."""
@@ -109,7 +114,7 @@ class RewardOptions:
         path = state_path(self.curriculum_state)
         current = read_state(path) if path is not None else None
         if current is None:
-            return 0.0, 1
+            return self.lam_phase1, 1
         return float(current["lam"]), int(current["phase"])
 
 

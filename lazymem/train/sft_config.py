@@ -6,6 +6,7 @@ Written as plain data next to the dataset; lazymem never imports llamafactory. T
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,38 @@ def sft_yaml(sft: Mapping[str, Any], dataset_dir: Path, deepspeed: Path, with_re
         "bf16": bool(sft["bf16"]),
         "ddp_timeout": 180000000,
     }
+
+
+def train_yaml(base: Mapping[str, Any], overrides: Mapping[str, Any], output_dir: Path) -> dict:
+    """The YAML llamafactory-cli trains on: build_sft's sft.yaml with ``overrides`` applied (a None value
+    removes the key) and ``output_dir`` set to this run's (unless an override names one)."""
+    out = {**base, "output_dir": str(output_dir)}
+    for key, v in overrides.items():
+        if v is None:
+            out.pop(key, None)
+        else:
+            out[key] = v
+    return out
+
+
+def needs_torchrun(train: Mapping[str, Any], nproc_per_node: int) -> bool:
+    """LLaMA-Factory refuses DeepSpeed outside a torchrun launch, and several GPUs need one anyway."""
+    return nproc_per_node > 1 or bool(train.get("deepspeed"))
+
+
+def checkpoint_record(output_dir: Path) -> dict:
+    """What a finished SFT run left: the weights, and the Trainer's own results (loss, steps, runtime)."""
+    weights = sorted(p.name for p in output_dir.glob("*.safetensors")) + sorted(
+        p.name for p in output_dir.glob("pytorch_model*.bin")
+    )
+    record: dict[str, Any] = {"path": str(output_dir.resolve()), "weights": weights}
+    results = output_dir / "all_results.json"
+    if results.exists():
+        record["results"] = json.loads(results.read_text())
+    state = output_dir / "trainer_state.json"
+    if state.exists():
+        s = json.loads(state.read_text())
+        record["global_step"] = s.get("global_step")
+        losses = [h["loss"] for h in s.get("log_history", []) if "loss" in h]
+        record["logged_losses"] = losses
+    return record

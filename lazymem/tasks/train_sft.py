@@ -1,0 +1,83 @@
+"""task=train_sft: supervised fine-tuning of the memory model with LLaMA-Factory (paper Section 3.3).
+
+Reads the sft.yaml of a build_sft run (train.sft.data_dir), applies train.sft.overrides, points the
+output at <run dir>/model and runs `llamafactory-cli train` from LLaMA-Factory's own environment
+(train.sft.venv, created by `make setup-sft`) as a subprocess, streaming its output into the console and
+llamafactory.log. Several GPUs or a DeepSpeed config launch through torchrun (FORCE_TORCHRUN=1).
+checkpoint.json records the checkpoint path, its weight files and the Trainer's results.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+
+from lazymem import tracking
+from lazymem.subproc import stream
+from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
+
+log = logging.getLogger(__name__)
+
+
+def _inputs(data_dir) -> dict:
+    """sft.yaml of a build_sft run, after checking that its dataset has something to train on."""
+    if not data_dir:
+        raise SystemExit("error: train.sft.data_dir is not set: point it at a task=build_sft run directory")
+    data_dir = Path(data_dir)
+    path = data_dir / "sft.yaml"
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path} not found: train.sft.data_dir must be a task=build_sft run directory"
+        )
+    base = yaml.safe_load(path.read_text(encoding="utf-8"))
+    info = json.loads((Path(base["dataset_dir"]) / "dataset_info.json").read_text(encoding="utf-8"))
+    data_file = Path(base["dataset_dir"]) / info[base["dataset"]]["file_name"]
+    if not json.loads(data_file.read_text(encoding="utf-8")):
+        raise SystemExit(
+            f"error: {data_file} holds no SFT instance; see sft_stats.json for the discard reasons"
+        )
+    return base
+
+
+def run(cfg, run) -> dict:
+    sft = cfg.train.sft
+    base = _inputs(sft.data_dir)
+    name = f"{run.dir.name}-sft"  # the W&B run name, beside this run's own
+    overrides = {"run_name": name, **(OmegaConf.to_container(sft.overrides, resolve=True) or {})}
+    train = train_yaml(base, overrides, (run.dir / "model").resolve())
+    config_path = run.dir / "llamafactory.yaml"
+    config_path.write_text(yaml.safe_dump(train, sort_keys=False), encoding="utf-8")
+    cli = Path(sft.venv) / "bin" / "llamafactory-cli"
+    cmd = [str(cli), "train", str(config_path.resolve())]
+    env = tracking.subprocess_env(cfg, run.dir, name=name)
+    nproc = int(sft.nproc_per_node)
+    launch = {}
+    if needs_torchrun(train, nproc):
+        launch = {"FORCE_TORCHRUN": "1", "NPROC_PER_NODE": str(nproc)}
+    env.update(launch)
+    line = " ".join([*(f"{k}={v}" for k, v in launch.items()), shlex.join(cmd)])
+    (run.dir / "command.sh").write_text(f"#!/bin/sh\n{line}\n", encoding="utf-8")
+    result = {"config": str(config_path), "output_dir": train["output_dir"], "torchrun": bool(launch)}
+    if sft.dry_run:
+        print(f"dry run: {config_path} ({run.dir / 'command.sh'})")
+        return result
+    if not cli.exists():
+        raise SystemExit(
+            f"error: {cli} not found: create LLaMA-Factory's environment with `make setup-sft` "
+            "(scripts/setup_sft_env.sh) or point train.sft.venv at one"
+        )
+    log.info("starting LLaMA-Factory: %s", shlex.join(cmd))
+    rc = stream(cmd, run.dir / "llamafactory.log", env)
+    if rc != 0:
+        raise RuntimeError(f"llamafactory-cli exited with status {rc}; see {run.dir / 'llamafactory.log'}")
+    record = checkpoint_record(Path(train["output_dir"]))
+    if not record["weights"]:
+        raise RuntimeError(f"LLaMA-Factory finished but left no weights in {train['output_dir']}")
+    (run.dir / "checkpoint.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"SFT checkpoint: {record['path']}")
+    return {**result, "checkpoint": record["path"], **(record.get("results") or {})}

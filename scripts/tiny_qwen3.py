@@ -1,0 +1,73 @@
+"""Write a tiny, randomly initialised Qwen3 model and a small byte-level BPE tokenizer to a directory.
+
+For smoke-testing the SFT environment end to end on a CPU (`task=train_sft` with
+`+train.sft.overrides.model_name_or_path=<dir>`): it has Qwen3's architecture and chat special tokens, but
+its weights and vocabulary are meaningless. Run it with the SFT environment's Python:
+
+    .venv-sft/bin/python scripts/tiny_qwen3.py /tmp/tiny-qwen3
+"""
+
+from __future__ import annotations
+
+import argparse
+import string
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+
+def tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [string.printable, '[{"op": "KEEP", "compressed_content": "", "reason": ""}]'] * 4
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL[1:],
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    tok = tokenizer(args.vocab)
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=args.hidden,
+        intermediate_size=2 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=args.hidden // 4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.save_pretrained(args.out)
+    tok.save_pretrained(args.out)
+    print(f"tiny Qwen3: {sum(p.numel() for p in model.parameters())} parameters -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
