@@ -1,9 +1,11 @@
 import json
 
 import pytest
+import yaml
 
-from lazymem.eval.main_table import load_paper, render
 from lazymem.eval.metrics import summarize
+from lazymem.report.collect import load_run, rows
+from lazymem.report.tables import build_tables, load_references
 
 from conftest import run_cli
 
@@ -44,7 +46,7 @@ def _records(method, n_ok, correct, tokens, total):
     ]
 
 
-def test_tables_put_paper_numbers_beside_ours():
+def test_tables_put_paper_numbers_beside_ours(tmp_path):
     summaries = {
         "locomo": {
             "methods": {
@@ -64,17 +66,21 @@ def test_tables_put_paper_numbers_beside_ours():
             }
         },
     }
-    md = render(summaries, load_paper())
-    assert "| rag_top20 | 0.75 (0.51) | 0.75 (0.67) | 4 | 0 |" in md  # Table 1: temporal, LJ
-    assert "| oracle_session | n/a | n/a | 0 | 0 |" in md
-    assert "| my_method | 0.50 | 0.50 | 2 | 0 |" in md  # no paper number
-    assert "| rag_top20 | 100 (1658) |" in md  # Table 7
-    assert "| oracle_session | – |" in md
-    assert "### Table 8 (locomo)" in md and "| rag_top20 | 2.00 | 2.00 |" in md  # paper has LongMemEval only
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
+    (tmp_path / "summary.json").write_text(json.dumps(summaries))
+    tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}
+    assert set(tables) == {"table1_locomo", "table7_memory_tokens", "table8_locomo"}
+    t1 = tables["table1_locomo"]  # method, n judged, errors, temporal, LJ
+    assert "| rag_top20 | 4 | 0 | 0.75 (0.51) | 0.75 (0.67) |" in t1
+    assert "| oracle_session | 0 | 0 | – | – |" in t1  # not applicable on LoCoMo: no number
+    assert "| my_method | 2 | 0 | 0.50 | 0.50 |" in t1  # no paper number
+    assert "| rag_top20 | 100 (1658) |" in tables["table7_memory_tokens"]
+    assert "| oracle_session | – |" in tables["table7_memory_tokens"]
+    assert "| rag_top20 | 2.00 | 2.00 |" in tables["table8_locomo"]  # the paper has LongMemEval only
 
 
 def test_paper_reference_numbers_are_consistent():
-    paper = load_paper()
+    paper = load_references()
     t1 = paper["table1_accuracy"]["rows"]
     assert t1["lazymem_4b"]["longmemeval"]["LJ"] == 0.85 and t1["lazymem_32b"]["locomo"]["LJ"] == 0.69
     assert paper["table7_memory_tokens"]["rows"]["lazymem_4b"] == {"longmemeval": 213, "locomo": 697}
@@ -121,6 +127,7 @@ def test_cpu_main_table_on_synthetic_data(tmp_path):
     assert list(summary) == ["longmemeval"] and set(summary["longmemeval"]["methods"]) == METHODS
     assert all(s["ok"] == 1 for s in summary["longmemeval"]["methods"].values())
     assert "### Table 1 (longmemeval)" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "table1_longmemeval.csv").exists() and (tmp_path / "table7_memory_tokens.csv").exists()
 
 
 @pytest.mark.slow

@@ -133,7 +133,7 @@ def test_tables_put_paper_numbers_beside_ours(sweep):
         "table8_longmemeval",
     }
     t1 = tables["table1_longmemeval"].markdown()
-    assert "| 1 | lazymem_4b | 1.00 (0.94) | 1.00 (0.67) | 1.00 (0.85) |" in t1
+    assert "| 1 | lazymem_4b | 2 | 0 | 1.00 (0.94) | 1.00 (0.67) | 1.00 (0.85) |" in t1
     t2 = tables["table2_radius"].markdown()
     assert "| longmemeval | lazymem_4b | 0 | 0 | 0.50 (0.77) | 0.500 (0.950) |" in t2
     assert "| longmemeval | lazymem_4b | 1 | 1 | 1.00 (0.82) | 1.000 (0.970) |" in t2

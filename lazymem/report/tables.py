@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lazymem.eval.main_table import load_paper
-
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 STAGES = ("total", "retrieval", "processing", "answer")
 STATS = ("mean", "median", "p90", "p95")
@@ -24,7 +22,7 @@ STAGE_ORDER = ("base", "sft", "rl")
 
 def load_references() -> dict:
     """Paper numbers of Tables 1, 7, 8 (main table), 2 (radius) and 3 (training stages)."""
-    ref = dict(load_paper())
+    ref = json.loads((EXPERIMENTS / "main_table" / "paper.json").read_text())
     for sub in ("radius_ablation", "stage_ablation"):
         path = EXPERIMENTS / sub / "paper.json"
         if path.is_file():
@@ -97,16 +95,19 @@ def table1(rows: list[dict], ref: dict, aliases: dict) -> list[Table]:
     for bench in _benchmarks(rows):
         sub = [r for r in rows if r["benchmark"] == bench]
         types = sorted({t for r in sub for t in r["accuracy_by_type"]})
-        keys = ["run", "method"] if _multi_run(rows) else ["method"]
+        multi = _multi_run(rows)
+        keys = (["run"] if multi else []) + ["method", "n", "errors"]
         t = Table(
             f"table1_{bench}", f"Table 1 ({bench}): LLM-judge accuracy, ours (paper)", keys, types + ["LJ"]
         )
+        t.note = "n: questions judged; errors: failed questions, counted here and never scored"
         for r in sub:
             p = (paper.get(_ref_name(r["method"], aliases)) or {}).get(bench) or {}
             by_type = p.get("by_type") or {}
             cells = [Cell(r["accuracy_by_type"].get(ty), by_type.get(ty)) for ty in types]
             cells.append(Cell(r["accuracy"], p.get("LJ")))
-            t.rows.append(([r["run"], r["method"]] if len(keys) == 2 else [r["method"]], cells))
+            labels = [r["method"], r["judged"], r["errors"]]
+            t.rows.append(([r["run"], *labels] if multi else labels, cells))
         tables.append(t)
     return tables
 
@@ -236,10 +237,12 @@ def build_tables(rows: list[dict], ref: dict | None = None, aliases: dict | None
     return tables
 
 
-def write_tables(tables: list[Table], out: Path) -> str:
-    """report.md plus one CSV per table; returns the Markdown."""
+def write_tables(
+    tables: list[Table], out: Path, name: str = "report.md", heading: str = "LazyMem report"
+) -> str:
+    """NAME (Markdown) plus one CSV per table; returns the Markdown."""
     md = "\n\n".join(t.markdown() for t in tables) + "\n"
-    (out / "report.md").write_text("## LazyMem report\n\n" + md)
+    (out / name).write_text(f"## {heading}\n\n" + md)
     for t in tables:
         (out / f"{t.key}.csv").write_text(t.csv())
     return md

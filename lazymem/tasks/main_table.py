@@ -5,7 +5,8 @@
 
 `benchmarks` maps a name to a data config. Model servers, retrieval indexes and embeddings are shared by
 all benchmarks and methods of the job. Each benchmark gets a subdirectory with its records.jsonl,
-summary.json and results.md; results.md at the top holds the tables with the paper's numbers beside ours.
+summary.json and results.md; at the top, results.md and one CSV per table hold Tables 1, 7 and 8 with the
+paper's numbers beside ours (the same tables task=report builds, lazymem/report/tables.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import json
 from omegaconf import OmegaConf
 
 from lazymem.data import load_dataset
-from lazymem.eval.main_table import render
 from lazymem.llm.roles import build_llms
 from lazymem.preflight import require
+from lazymem.report.collect import load_run, rows
+from lazymem.report.tables import build_tables, write_tables
 from lazymem.tasks.evaluate import build_methods, build_retriever, evaluate
 
 
@@ -35,7 +37,6 @@ def run(cfg, run) -> dict:
             out.mkdir(exist_ok=True)
             summaries[name] = evaluate(cfg, ds, methods, retriever, llms, out)
     (run.dir / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
-    tables = render(summaries)
-    (run.dir / "results.md").write_text(tables)
-    print("\n" + tables)
+    tables = build_tables(rows([load_run(run.dir)]))
+    print("\n" + write_tables(tables, run.dir, "results.md", "Main table"))
     return summaries
