@@ -445,7 +445,7 @@ def start(cfg: DictConfig, run_dir: Path) -> Tracker:
                 tags=[str(t) for t in opts.get("tags") or []],
                 dir=str(wandb_dir(opts, run_dir)),
                 config=wandb_config(cfg),
-                settings=wandb.Settings(console="off"),
+                settings=wandb.Settings(console="off", quiet=True),  # no summary dump after the results
             )
     except Exception as e:
         log.warning(
