@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from lazymem.eval.records import read_records
+
 MAX_DEPTH = 4
 
 
@@ -65,18 +67,9 @@ def find_runs(paths) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a half-written last line of a killed run
-                continue
-    return rows
+def _read_records(path: Path) -> list[dict]:
+    """records.jsonl of a run (a torn last line skipped), or none when the run wrote no such file."""
+    return read_records(path) if path.is_file() else []
 
 
 def _read_json(path: Path) -> dict | None:
@@ -91,7 +84,7 @@ def load_run(path: Path, name: str | None = None) -> Run:
     if "methods" in summary:  # task=evaluate: one benchmark at the top
         bench = summary.get("dataset") or run.get("data.name") or "data"
         run.summaries[bench] = summary
-        run.records[bench] = _read_jsonl(path / "records.jsonl")
+        run.records[bench] = _read_records(path / "records.jsonl")
         cov = _read_json(path / "coverage.json")
         if cov:
             run.coverage[bench] = cov
@@ -99,7 +92,7 @@ def load_run(path: Path, name: str | None = None) -> Run:
         for bench, s in summary.items():
             if isinstance(s, dict) and "methods" in s:
                 run.summaries[bench] = s
-                run.records[bench] = _read_jsonl(path / bench / "records.jsonl")
+                run.records[bench] = _read_records(path / bench / "records.jsonl")
                 cov = _read_json(path / bench / "coverage.json") or _read_json(path / "coverage.json")
                 if cov:
                     run.coverage[bench] = cov
