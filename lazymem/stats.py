@@ -6,6 +6,12 @@ import math
 from collections.abc import Sequence
 
 
+def mean(values) -> float | None:
+    """Arithmetic mean of an iterable (bools count as 0/1); None for no values."""
+    xs = list(values)
+    return sum(xs) / len(xs) if xs else None
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolation percentile (numpy's default), q in [0, 100]; None for no values."""
     if not values:

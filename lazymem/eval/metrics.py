@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from lazymem.stats import describe
+from lazymem.stats import describe, mean
 
 STAGES = ("retrieval", "processing", "answer", "judge", "total")
 
@@ -32,11 +32,11 @@ def summarize(records: list[dict]) -> dict:
         "error_messages": dict(Counter(r["error"] for r in records if r["status"] != "ok").most_common(5)),
         "judged": len(judged),
         "judge_errors": len(ok) - len(judged),
-        "accuracy": _mean([r["correct"] for r in judged]),
+        "accuracy": mean([r["correct"] for r in judged]),
         "accuracy_by_type": per_type,
-        "accuracy_task_averaged": _mean(list(per_type.values())),
-        "abstention_accuracy": _mean(abstain),
-        "contains_reference": _mean(
+        "accuracy_task_averaged": mean(list(per_type.values())),
+        "abstention_accuracy": mean(abstain),
+        "contains_reference": mean(
             [r["contains_reference"] for r in ok if r.get("contains_reference") is not None]
         ),
         "memory_tokens": describe([r["memory_tokens"] for r in ok]),
@@ -44,10 +44,10 @@ def summarize(records: list[dict]) -> dict:
         "windows": len(windows),
         "gate_format_rate": outcomes["gate_ok"] / len(windows) if windows else None,
         "window_outcomes": dict(outcomes),
-        "gold_recall_in_memory": _mean(
+        "gold_recall_in_memory": mean(
             [len(set(r["gold_idx"]) & set(r["shown"])) / len(r["gold_idx"]) for r in gold]
         ),
-        "all_gold_in_memory": _mean([set(r["gold_idx"]) <= set(r["shown"]) for r in gold]),
+        "all_gold_in_memory": mean([set(r["gold_idx"]) <= set(r["shown"]) for r in gold]),
         "construction": _construction(ok),
     }
 
@@ -72,8 +72,3 @@ def _construction(records: list[dict]) -> dict:
         "nongold_decided": other_total,
         "nongold_dropped": other_dropped / other_total if other_total else None,
     }
-
-
-def _mean(xs) -> float | None:
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else None

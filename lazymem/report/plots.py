@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lazymem.report.tables import STAGE_ORDER, _is_lazymem  # noqa: E402
+from lazymem.stats import mean  # noqa: E402
 
 GREY = "#9a9a9a"
 
@@ -161,7 +162,7 @@ def stage_plot(rows: list[dict], ref: dict, out: Path) -> Path | None:
     width = 0.8 / (2 * len(benches))
     for b_i, bench in enumerate(benches):
         ours = [
-            _mean([r["accuracy"] for r in staged if r["benchmark"] == bench and r["stage"] == s])
+            mean([r["accuracy"] for r in staged if r["benchmark"] == bench and r["stage"] == s])
             for s in stages
         ]
         refs = [((paper.get(s.lower()) or {}).get(bench) or {}).get("LJ") for s in stages]
@@ -183,10 +184,6 @@ def stage_plot(rows: list[dict], ref: dict, out: Path) -> Path | None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, out / "accuracy_by_stage.png")
-
-
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else None
 
 
 def _save(fig, path: Path) -> Path:
