@@ -45,6 +45,45 @@ def test_overrides_need_rl_data_dir(tmp_path):
         overrides(grpo_cfg(tmp_path, rl_data_dir=None))
 
 
+def test_overrides_need_the_sft_checkpoint(tmp_path):
+    """No fallback to the base model: RL starts from the SFT checkpoint (Table 10)."""
+    with pytest.raises(ValueError, match="SFT checkpoint"):
+        overrides(grpo_cfg(tmp_path, model=None))
+    assert "actor_rollout_ref.model.path=/models/sft" in overrides(grpo_cfg(tmp_path))
+
+
+def test_train_grpo_without_an_sft_checkpoint_stops_and_says_how_to_pass_it(tmp_path):
+    proc = run_cli(
+        "+experiment=train_grpo",
+        f"train.grpo.rl_data_dir={tmp_path}",
+        "train.grpo.dry_run=true",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env={"LAZYMEM_SFT_MODEL": None},
+    )
+    assert proc.returncode != 0
+    assert "train.grpo.model=<the `path` in a train_sft run's checkpoint.json>" in proc.stderr
+    assert not (tmp_path / "run" / "command.sh").exists()
+
+
+def test_d3_settings_and_verl_0_7_1_defaults_are_explicit(tmp_path):
+    lines = set(overrides(grpo_cfg(tmp_path)))
+    expected = {
+        # D.3
+        "actor_rollout_ref.actor.fsdp_config.seed=42",
+        "actor_rollout_ref.ref.fsdp_config.seed=42",
+        "actor_rollout_ref.actor.data_loader_seed=42",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        "actor_rollout_ref.ref.use_torch_compile=false",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra]",
+        # VERL 0.7.1's values where 0.9.1 changed the default
+        "actor_rollout_ref.rollout.max_num_seqs=1024",
+        "actor_rollout_ref.rollout.seed=0",
+        "actor_rollout_ref.rollout.calculate_log_probs=false",
+    }
+    assert expected <= lines
+
+
 def compose(ovr: list[str]):
     import verl.trainer.config as verl_config
     from hydra import compose as hydra_compose
@@ -101,6 +140,22 @@ def test_verl_composes_and_validates_table_10(tmp_path):
         5,
     )
     assert t.n_gpus_per_node == 2 and t.resume_mode == "auto"
+    # D.3 and the VERL 0.7.1 defaults, as VERL's own config holds them
+    ref = config.actor_rollout_ref.ref
+    assert actor.fsdp_config.seed == ref.fsdp_config.seed == actor.data_loader_seed == 42
+    assert (
+        ref.fsdp_config.param_offload and not ref.use_torch_compile and not ref.fsdp_config.use_torch_compile
+    )
+    assert (
+        list(actor.checkpoint.save_contents)
+        == list(actor.checkpoint.load_contents)
+        == [
+            "model",
+            "optimizer",
+            "extra",
+        ]
+    )
+    assert (rollout.max_num_seqs, rollout.seed, rollout.calculate_log_probs) == (1024, 0, False)
     assert config.data.train_files == str(tmp_path.resolve() / "train.parquet")
     crf = config.reward.custom_reward_function
     assert (crf.path, crf.name) == ("pkg://lazymem.train.reward", "compute_score_async")
@@ -177,6 +232,7 @@ def test_train_grpo_dry_run(tmp_path):
     proc = run_cli(
         "+experiment=train_grpo",
         f"train.grpo.rl_data_dir={tmp_path}",
+        "train.grpo.model=/models/sft",
         "train.grpo.dry_run=true",
         "logger=wandb",
         "logger.project=memproj",  # VERL reports to the launching run's W&B project
@@ -213,6 +269,7 @@ def test_train_grpo_without_the_gpus_stops_before_starting_verl(tmp_path):
     proc = run_cli(
         "+experiment=train_grpo",
         f"train.grpo.rl_data_dir={tmp_path}",
+        "train.grpo.model=/models/sft",
         "train.grpo.n_gpus_per_node=1024",  # more than any machine running this test has
         f"hydra.run.dir={tmp_path / 'run'}",
     )

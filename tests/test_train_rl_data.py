@@ -40,11 +40,32 @@ def test_balance_pool_short_of_non_gold_takes_all():
     assert len(out) == 8
 
 
+def test_pair_pool_takes_every_gold_window_once_and_as_many_others():
+    pool = [item(k, gold=k < 3) for k in range(10)]
+    out, info = rl_data.pair_pool(pool, seed=0)
+    gold = [it for it in out if any(it.gold)]
+    assert len(out) == 6 and len(gold) == 3 and len({id(it) for it in out}) == 6  # no repeats
+    assert info == {
+        "size": 6,
+        "gold_bearing": 3,
+        "non_gold": 3,
+        "short_of_nongold": False,
+        "no_gold_windows": False,
+    }
+    assert [it.question.id for it in out] == [it.question.id for it in rl_data.pair_pool(pool, 0)[0]]
+    short, info = rl_data.pair_pool([item(k, gold=k < 3) for k in range(4)], seed=0)
+    assert len(short) == 4 and info["short_of_nongold"]
+
+
 def test_rows_are_verl_rows():
-    rows = rl_data.rows([item(0, True), item(1, False)], "train", {"q0": "t0", "q1": "t1"})
+    rows = rl_data.rows(
+        [item(0, True), item(1, False)], "train", {"q0": "t0", "q1": "t1"}, {"q0": "1. because"}
+    )
     assert rows[0]["prompt"][1]["content"] == "window 0"
     truth = read_ground_truth(rows[0]["reward_model"]["ground_truth"])
     assert truth.gold == (True, False) and truth.query_time == "t0" and truth.answer == "ans"
+    assert truth.reasoning == "1. because"  # the question's referenced reasoning chain
+    assert read_ground_truth(rows[1]["reward_model"]["ground_truth"]).reasoning is None  # none written
     assert rows[1]["extra_info"] == {
         "split": "train",
         "index": 1,
@@ -60,9 +81,10 @@ def test_rows_are_verl_rows():
 def test_build_rl_end_to_end(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     proc = run_cli(
-        "+experiment=build_rl",
-        "train.grpo.data.size=20",
+        "+experiment=build_rl_cpu",
         "retrieval.n=5",
+        # no model: the chains have their own tests (tests/test_train_reasoning_chain.py)
+        "train.grpo.data.reasoning_chains=false",
         f"hydra.run.dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -73,7 +95,13 @@ def test_build_rl_end_to_end(tmp_path):
     assert sum(gold) == 10 and all(r["extra_info"]["split"] == "train" for r in train)
     assert sum(r["extra_info"]["gold_bearing"] for r in train) == 10
     val = pq.read_table(tmp_path / "val.parquet").to_pylist()
-    assert len(val) == stats["val"]["pool"]["windows"] > 0  # every validation window, unbalanced
+    val_gold = sum(r["extra_info"]["gold_bearing"] for r in val)
+    # the validation questions' gold-bearing windows, each once, and as many gold-free ones
+    assert len(val) == stats["val"]["rows"] == 2 * val_gold == 2 * stats["val"]["pool"]["gold_bearing"] > 0
+    assert stats["val"]["balanced"]["gold_bearing"] == val_gold and stats["val"]["pool"]["questions"] >= 1
+    for name, rows in (("train", train), ("val", val)):
+        assert stats[name]["reasoning_chains"]["off"]
+        assert all(read_ground_truth(r["reward_model"]["ground_truth"]).reasoning is None for r in rows)
     assert train[0]["prompt"][0]["role"] == "system" and train[0]["prompt"][1]["role"] == "user"
 
 

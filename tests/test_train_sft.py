@@ -57,9 +57,10 @@ def test_checkpoint_record_reads_the_trainer_outputs(tmp_path):
     assert checkpoint_record(tmp_path / "missing")["weights"] == []
 
 
-def write_sft_dir(out: Path, model: str, n_questions: int = 6) -> Path:
+def write_sft_dir(out: Path, model: str, n_questions: int = 6, n_val: int = 0) -> Path:
     """What build_sft writes, from synthetic questions annotated by their gold labels (an oracle teacher):
-    gold messages KEEP with their text, the rest DROP; windows balanced as build_sft does."""
+    gold messages KEEP with their text, the rest DROP; windows balanced as build_sft does. `n_val` more
+    questions make the validation set that chooses the epoch."""
     ds = synthetic()
     system, user = load_prompt("memory_system"), load_prompt("memory_user")
     processor = MemoryProcessor(None, system, user, InvalidPolicy())
@@ -69,27 +70,36 @@ def write_sft_dir(out: Path, model: str, n_questions: int = 6) -> Path:
             q = next(q for q in ds.questions if q.text == text)
             return SimpleNamespace(indices=sorted({*q.gold_idx, 0, 1}))
 
-    questions = [q for q in ds.questions if q.gold_idx][:n_questions]
-    items = sd.window_items(ds, questions, GoldPlusNeighbours(), processor, 1, 8, 7)
-    annotations = [
-        sd.Annotation(
-            it,
-            [
-                Decision("KEEP", m.text, "evidence") if g else Decision("DROP", "", "unrelated")
-                for g, m in zip(it.gold, it.messages, strict=True)
-            ],
-            "",
-        )
-        for it in items
-    ]
-    balanced, _ = sd.balance(annotations, seed=0)
+    def records(questions):
+        items = sd.window_items(ds, questions, GoldPlusNeighbours(), processor, 1, 8, 7)
+        annotations = [
+            sd.Annotation(
+                it,
+                [
+                    Decision("KEEP", m.text, "evidence") if g else Decision("DROP", "", "unrelated")
+                    for g, m in zip(it.gold, it.messages, strict=True)
+                ],
+                "",
+            )
+            for it in items
+        ]
+        return [sd.sharegpt_record(a) for a in sd.balance(annotations, seed=0)[0]]
+
+    with_gold = [q for q in ds.questions if q.gold_idx]
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{sd.DATASET_NAME}.json").write_text(json.dumps([sd.sharegpt_record(a) for a in balanced]))
-    (out / "dataset_info.json").write_text(json.dumps(sd.DATASET_INFO))
+    (out / f"{sd.DATASET_NAME}.json").write_text(json.dumps(records(with_gold[:n_questions])))
+    names = [sd.DATASET_NAME]
+    if n_val:
+        val = with_gold[n_questions : n_questions + n_val]
+        (out / f"{sd.VAL_DATASET_NAME}.json").write_text(json.dumps(records(val)))
+        names.append(sd.VAL_DATASET_NAME)
+    (out / "dataset_info.json").write_text(json.dumps(sd.dataset_info(*names)))
     (out / "ds_z2_config.json").write_text(json.dumps(DS_Z2))
     options = yaml.safe_load((ROOT / "conf/train/sft.yaml").read_text())
     options.update(model=model, output_dir=str(out / "sft_model"), radius=1)
-    (out / "sft.yaml").write_text(yaml.safe_dump(sft_yaml(options, out, out / "ds_z2_config.json", False)))
+    eval_dataset = sd.VAL_DATASET_NAME if n_val else None
+    train = sft_yaml(options, out, out / "ds_z2_config.json", False, eval_dataset)
+    (out / "sft.yaml").write_text(yaml.safe_dump(train))
     return out
 
 
@@ -134,7 +144,8 @@ def llamafactory_parse(train: dict, env: dict | None = None) -> subprocess.Compl
         "print(json.dumps({'model': m.model_name_or_path, 'template': d.template, 'stage': f.stage,\n"
         "  'finetuning': f.finetuning_type, 'lr': t.learning_rate, 'epochs': t.num_train_epochs,\n"
         "  'zero_stage': t.deepspeed and t.hf_deepspeed_config.config['zero_optimization']['stage'],\n"
-        "  'bf16': t.bf16, 'thinking': d.enable_thinking}))\n"
+        "  'bf16': t.bf16, 'thinking': d.enable_thinking, 'best_by': t.load_best_model_at_end and\n"
+        "  t.metric_for_best_model, 'optim': str(t.optim.value), 'avg': t.average_tokens_across_devices}))\n"
     )
     return subprocess.run(
         [str(sft_env()), "-c", code, json.dumps(train)],
@@ -156,7 +167,7 @@ def test_llamafactory_parser_accepts_the_generated_yaml(tmp_path):
     """The sft.yaml build_sft writes, DeepSpeed ZeRO-2 and bf16 included, parsed by LLaMA-Factory's own
     get_train_args. LLaMA-Factory accepts DeepSpeed only under torchrun and bf16 only on a GPU, so the
     parse runs as one torchrun process with use_cpu added; nothing else is changed."""
-    data = write_sft_dir(tmp_path / "data", "Qwen/Qwen3-4B", n_questions=1)
+    data = write_sft_dir(tmp_path / "data", "Qwen/Qwen3-4B", n_questions=1, n_val=1)
     train = yaml.safe_load((data / "sft.yaml").read_text())
     torchrun = {
         "RANK": "0",
@@ -179,6 +190,9 @@ def test_llamafactory_parser_accepts_the_generated_yaml(tmp_path):
         "zero_stage": 2,
         "bf16": True,
         "thinking": False,
+        "best_by": "eval_loss",
+        "optim": "adamw_torch",
+        "avg": False,
     }
     bad = llamafactory_parse({**train, "use_cpu": True, "learning_rat": 1e-5}, torchrun)
     assert bad.returncode != 0 and "learning_rat" in bad.stderr
@@ -194,7 +208,7 @@ def test_tiny_qwen3_sft_runs_on_cpu_and_records_the_checkpoint(tmp_path):
         timeout=300,
     )
     assert made.returncode == 0, made.stderr[-3000:]
-    data = write_sft_dir(tmp_path / "data", str(tiny))
+    data = write_sft_dir(tmp_path / "data", str(tiny), n_val=2)
     n_records = len(json.loads((data / f"{sd.DATASET_NAME}.json").read_text()))
     assert n_records >= 4
     run_dir = tmp_path / "run"
@@ -217,6 +231,11 @@ def test_tiny_qwen3_sft_runs_on_cpu_and_records_the_checkpoint(tmp_path):
     assert record["results"]["epoch"] == pytest.approx(2.0)
     assert record["global_step"] == 2 * -(-n_records // 8)
     assert record["logged_losses"] and all(x > 0 for x in record["logged_losses"])
+    # the epoch with the lowest validation loss is the final model, and the choice is written beside it
+    chosen = json.loads((model_dir / "selected_checkpoint.json").read_text())
+    assert record["selected"] == chosen and len(chosen["candidates"]) == 2  # one evaluation per epoch
+    assert chosen["value"] == min(chosen["candidates"].values())
+    assert chosen["candidates"][str(chosen["step"])] == chosen["value"]
     lf_log = (run_dir / "llamafactory.log").read_text()
     assert "llamafactory-cli train" in lf_log.splitlines()[0] and "train_loss" in lf_log
     assert "train_loss" in r.stdout  # streamed to the console as it ran

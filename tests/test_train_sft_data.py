@@ -130,12 +130,30 @@ def test_sft_yaml_follows_table_10():
     assert (y["num_train_epochs"], y["cutoff_len"], y["finetuning_type"]) == (2, 8192, "full")
     assert y["bf16"] and y["deepspeed"] == "ds.json" and y["report_to"] == "wandb"
     assert sft_yaml(opts, "d", "ds.json", with_reasoning=True)["enable_thinking"] is True
+    # LLaMA-Factory 0.9.3's transformers (<= 4.52.4) defaults, which 0.9.5's transformers 5.x changed
+    assert (y["optim"], y["average_tokens_across_devices"]) == ("adamw_torch", False)
+    assert "eval_dataset" not in y and "load_best_model_at_end" not in y  # no validation set, no choice
+
+
+def test_sft_yaml_chooses_the_epoch_by_validation_loss():
+    opts = yaml.safe_load((ROOT / "conf" / "train" / "sft.yaml").read_text())
+    opts.update(model="m", output_dir="o")
+    y = sft_yaml(opts, "d", "ds.json", with_reasoning=True, eval_dataset=sd.VAL_DATASET_NAME)
+    assert y["eval_dataset"] == "lazymem_sft_val" and y["eval_strategy"] == y["save_strategy"] == "epoch"
+    assert (y["load_best_model_at_end"], y["metric_for_best_model"], y["greater_is_better"]) == (
+        True,
+        "eval_loss",
+        False,
+    )
+    info = sd.dataset_info(sd.DATASET_NAME, sd.VAL_DATASET_NAME)
+    assert info["lazymem_sft_val"]["file_name"] == "lazymem_sft_val.json"
+    assert info["lazymem_sft"] == sd.DATASET_INFO["lazymem_sft"]
 
 
 @pytest.mark.slow
 def test_build_sft_end_to_end(tmp_path):
     proc = run_cli(
-        "+experiment=build_sft",
+        "+experiment=build_sft_cpu",
         "train.sft.n_questions=2",
         "retrieval.n=3",
         "w=1",
@@ -155,3 +173,11 @@ def test_build_sft_end_to_end(tmp_path):
     y = yaml.safe_load((tmp_path / "sft.yaml").read_text())
     assert y["dataset_dir"] == str(tmp_path.resolve()) and y["template"] == "qwen3"
     assert json.loads((tmp_path / "ds_z2_config.json").read_text())["zero_optimization"]["stage"] == 2
+    # the validation split annotated the same way, for the choice of the epoch
+    val = st["val"]
+    assert val["questions"] == 1 and val["annotated_valid"] + val["discarded_total"] == val["windows"] > 0
+    if val["balanced"]:
+        assert len(json.loads((tmp_path / "lazymem_sft_val.json").read_text())) == val["balanced"]
+        assert y["eval_dataset"] == "lazymem_sft_val" and y["load_best_model_at_end"] is True
+    else:
+        assert "eval_dataset" not in y

@@ -7,12 +7,14 @@ import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from lazymem.train.checkpoint_select import read_validations
 from lazymem.train.curriculum import ENV_STATE, read_state
 from lazymem.train.reward import RewardOptions
 from lazymem.train.verl_trainer import (
@@ -93,7 +95,7 @@ def config_for(path, **kwargs) -> OmegaConf:
     kw = {"curriculum_state": str(path), "tau": 0.99, "lam_phase1": 0.0, "lam_phase2": 0.5, **kwargs}
     return OmegaConf.create(
         {
-            "trainer": {"v1": {"trainer_mode": TRAINER_NAME}},
+            "trainer": {"v1": {"trainer_mode": TRAINER_NAME}, "default_local_dir": str(Path(path).parent)},
             "reward": {"custom_reward_function": {"reward_kwargs": {"eta": 0.915, **kw}}},
         }
     )
@@ -168,6 +170,20 @@ def test_validate_flips_at_tau_and_logs_the_phase(trainer, tmp_path, monkeypatch
     assert (state["phase"], state["flipped_at_step"], state["last"]["step"]) == (2, 20, 30)
     # the reward reads lambda from the same file
     assert RewardOptions.from_kwargs({"curriculum_state": str(path)}).lam_phase() == (0.5, 2)
+
+
+def test_each_validation_round_is_logged_with_the_lambda_it_was_scored_under(trainer, tmp_path):
+    t = bare(trainer.cls, config_for(tmp_path / "state.json"), step=0)
+    for step, rate in ((10, 0.5), (20, 1.0), (30, 1.0)):
+        t.global_steps = step
+        trainer.parent.metrics = val_metrics(rate)
+        t._validate()
+    rounds = read_validations(tmp_path)
+    assert sorted(rounds) == [10, 20, 30]
+    # step 20 flipped the phase, but its own round was scored with phase 1's lambda
+    assert [(rounds[s]["lam"], rounds[s]["phase"]) for s in (10, 20, 30)] == [(0.0, 1), (0.0, 1), (0.5, 2)]
+    assert rounds[20]["format_ok"] == 1.0 and rounds[10]["a_gold"] == 0.2 and rounds[30]["reward"] == 0.4
+    assert rounds[10]["val-aux/lazymem/format_ok/std@4"] == 0.1  # VERL's own keys too
 
 
 def test_restart_keeps_phase_2(trainer, tmp_path):

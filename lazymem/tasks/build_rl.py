@@ -1,40 +1,67 @@
-"""task=build_rl: VERL parquet prompts for GRPO (paper Section 4.1, Appendix D.2).
+"""task=build_rl: VERL parquet prompts for GRPO (paper Section 4.1, Appendix D.2, E.1, E.2).
 
 train.parquet: every (query, window) of the train split, balanced 50/50 gold-bearing vs not to
-`train.grpo.data.size`. val.parquet: every window of the val split, unbalanced by default (the
-validation format rate drives the curriculum, so it should see the natural mix). Also rl_stats.json.
-No LLM is needed: only retrieval and windowing.
+`train.grpo.data.size`. val.parquet: the validation split built the same way, each gold-bearing window once
+plus as many gold-free ones (`balance_val`; the paper's has 218 prompts). Each row carries its question's
+referenced reasoning chain for the quality judge, written by llm.roles.teacher (`reasoning_chains`).
+Also rl_stats.json. Each split comes from data.path or from its own file (`split_paths`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset
+from lazymem.llm.roles import build_llms
 from lazymem.methods.base import query_time
 from lazymem.prompts import load
 from lazymem.train import rl_data
+from lazymem.train.reasoning_chain import reasoning_chains
 from lazymem.train.sft_data import window_items
+from lazymem.train.splits import split_data
 
 log = logging.getLogger(__name__)
 
 
-def split_pool(cfg, split: str, retriever, processor, opts, run):
-    data = OmegaConf.merge(cfg.data, {"split": split, "limit": None})
-    ds = load_dataset(data)
+def split_windows(cfg, split: str, retriever, processor, opts, run):
+    """(dataset, every (query, window) item, query times) of one split."""
+    ds = load_dataset(split_data(cfg.data, split, opts.split_paths[split]))
     run.meta.add_dataset(ds.source)
     items = window_items(
         ds, ds.questions, retriever, processor, int(opts.radius), int(opts.max_len), int(opts.stride)
     )
     times = {q.id: query_time(q, ds.history(q)) for q in ds.questions}
-    return items, times
+    return ds, items, times
+
+
+def split_pool(cfg, split: str, retriever, processor, opts, run):
+    """(every (query, window) item, query times) of one split."""
+    return split_windows(cfg, split, retriever, processor, opts, run)[1:]
+
+
+def val_set(pool, opts) -> tuple[list, dict | None]:
+    """The validation prompts as val.parquet holds them, and the balancing counts (None: unbalanced)."""
+    if not opts.balance_val:
+        return list(pool), None
+    return rl_data.pair_pool(pool, int(opts.seed))
+
+
+def chains_for(cfg, ds, pool, llms) -> tuple[dict, dict]:
+    """The referenced reasoning chain of every question with a prompt in `pool` (none when switched off)."""
+    opts = cfg.train.grpo.data
+    used = {it.question.id for it in pool}
+    questions = [q for q in ds.questions if q.id in used]
+    if not opts.reasoning_chains:
+        return {}, {"questions": len(questions), "written": 0, "failed": 0, "off": True}
+    system, user = load(opts.chain_prompts.system), load(opts.chain_prompts.user)
+    return asyncio.run(reasoning_chains(llms["teacher"], ds, questions, system, user))
 
 
 def run(cfg, run) -> dict:
@@ -45,20 +72,26 @@ def run(cfg, run) -> dict:
         None, load(cfg.prompts.memory_system), load(cfg.prompts.memory_user), InvalidPolicy()
     )
     stats = {}
-    for split, name, balanced in (("train", "train", True), ("val", "val", bool(opts.balance_val))):
-        pool, times = split_pool(cfg, split, retriever, processor, opts, run)
-        stats[name] = {"pool": rl_data.pool_stats(pool)}
-        if balanced:
-            size = int(opts.size if name == "train" else opts.val_size)
-            pool, info = rl_data.balance_pool(pool, size, int(opts.seed))
-            stats[name]["balanced"] = info
-            if info["short_of_nongold"]:
-                log.warning("%s: only %d non-gold windows for %d requested", name, info["non_gold"], size)
-        table = pa.Table.from_pylist(rl_data.rows(pool, name, times))
-        path = run.dir / f"{name}.parquet"
-        pq.write_table(table, path)
-        stats[name]["rows"] = table.num_rows
-        stats[name]["path"] = str(path.resolve())
+    with build_llms(cfg.llm, run.dir / "servers") as llms:  # a server starts only if a chain is asked for
+        for name in ("train", "val"):
+            ds, pool, times = split_windows(cfg, name, retriever, processor, opts, run)
+            stats[name] = {"pool": rl_data.pool_stats(pool)}
+            if name == "train":
+                pool, info = rl_data.balance_pool(pool, int(opts.size), int(opts.seed))
+            else:
+                pool, info = val_set(pool, opts)
+            if info is not None:
+                stats[name]["balanced"] = info
+                if info["short_of_nongold"]:
+                    log.warning("%s: only %d non-gold windows for a balanced set", name, info["non_gold"])
+                if info["no_gold_windows"]:
+                    log.warning("%s: no window holds gold evidence: the prompts cannot be balanced", name)
+            chains, stats[name]["reasoning_chains"] = chains_for(cfg, ds, pool, llms)
+            table = pa.Table.from_pylist(rl_data.rows(pool, name, times, chains))
+            path = run.dir / f"{name}.parquet"
+            pq.write_table(table, path)
+            stats[name]["rows"] = table.num_rows
+            stats[name]["path"] = str(path.resolve())
     (run.dir / "rl_stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     log.info("RL data: %s", json.dumps(stats))
     print(f"RL data: train {stats['train']['rows']} rows, val {stats['val']['rows']} rows -> {run.dir}")

@@ -4,7 +4,9 @@ Builds the VERL overrides from train.grpo (+ train.reward for the reward kwargs)
 overrides.txt and command.sh, then runs `python -m verl.trainer.main_ppo` as a subprocess, streaming its
 output into the console and verl.log. `train.grpo.dry_run=true` stops after writing the files. On one
 node it first checks that the GPUs are there: VERL itself would wait for them without end.
-Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory>.
+After training, the checkpoint is chosen on the validation split (checkpoint_select.select_rl_checkpoint)
+and recorded in <checkpoint_dir>/selected_checkpoint.json.
+Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory> train.grpo.model=<SFT>.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from omegaconf import OmegaConf
 from lazymem import tracking
 from lazymem.llm.roles import gpu_count
 from lazymem.subproc import stream
+from lazymem.train.checkpoint_select import select_rl_checkpoint
 from lazymem.train.grpo_config import command, overrides
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,10 @@ def run(cfg, run) -> dict:
     g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
     reward = cfg.train.get("reward")
     reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
-    ovr = overrides(g, reward)
+    try:
+        ovr = overrides(g, reward)
+    except ValueError as e:  # a missing input (data, SFT checkpoint) or an inconsistent batch
+        raise SystemExit(f"error: {e}") from None
     cmd = command(ovr)
     (run.dir / "overrides.txt").write_text("\n".join(ovr) + "\n", encoding="utf-8")
     (run.dir / "command.sh").write_text("#!/bin/sh\n" + shlex.join(cmd) + "\n", encoding="utf-8")
@@ -46,4 +52,9 @@ def run(cfg, run) -> dict:
     result["returncode"] = rc
     if rc != 0:
         raise RuntimeError(f"VERL exited with status {rc}; see {run.dir / 'verl.log'}")
-    return result
+    if not g["curriculum"]:  # VERL's own trainer writes no validation log
+        log.warning("no checkpoint chosen: the validation log needs train.grpo.curriculum=true")
+        return result
+    choice = select_rl_checkpoint(g["checkpoint_dir"], g["select_metric"])
+    print(f"selected RL checkpoint: {choice['path']} ({choice['metric']} = {choice['value']})")
+    return {**result, "selected_checkpoint": choice["path"], "selected_step": choice["step"]}

@@ -4,7 +4,9 @@ Reads the sft.yaml of a build_sft run (train.sft.data_dir), applies train.sft.ov
 output at <run dir>/model and runs `llamafactory-cli train` from LLaMA-Factory's own environment
 (train.sft.venv, created by `make setup-sft`) as a subprocess, streaming its output into the console and
 llamafactory.log. Several GPUs or a DeepSpeed config launch through torchrun (FORCE_TORCHRUN=1).
-checkpoint.json records the checkpoint path, its weight files and the Trainer's results.
+checkpoint.json records the checkpoint path, its weight files and the Trainer's results; with a
+validation set (build_sft's val_questions) the epoch with the lowest validation loss is the final model,
+and selected_checkpoint.json beside it says which (checkpoint_select.sft_selection).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from omegaconf import OmegaConf
 
 from lazymem import tracking
 from lazymem.subproc import stream
+from lazymem.train.checkpoint_select import sft_selection
 from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,11 @@ def run(cfg, run) -> dict:
     record = checkpoint_record(Path(train["output_dir"]))
     if not record["weights"]:
         raise RuntimeError(f"LLaMA-Factory finished but left no weights in {train['output_dir']}")
+    state = Path(train["output_dir"]) / "trainer_state.json"
+    choice = sft_selection(train["output_dir"], json.loads(state.read_text())) if state.exists() else None
+    if choice is not None:
+        record["selected"] = choice
+        print(f"SFT checkpoint chosen by {choice['metric']}: step {choice['step']}, {choice['value']}")
     (run.dir / "checkpoint.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"SFT checkpoint: {record['path']}")
     return {**result, "checkpoint": record["path"], **(record.get("results") or {})}

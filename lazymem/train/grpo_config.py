@@ -5,7 +5,9 @@ Key names were read from verl/trainer/config/_generated_ppo_trainer.yaml. Notes 
 prompts; VERL defaults to 8 GPUs and rollout TP 2, hence explicit values; `rollout.name` has no default;
 the train dataloader always drops the last partial batch (ray_trainer / v1 trainer_base), so no key.
 With `curriculum` on, `trainer.v1.trainer_mode` selects lazymem's trainer (lazymem/train/verl_trainer.py),
-which feeds each validation's format-valid rate to the reward curriculum.
+which feeds each validation's format-valid rate to the reward curriculum. D.3's seeds, reference-model
+offload / compile and checkpoint contents are set explicitly, and so are the VERL 0.7.1 defaults that 0.9.1
+changed (`verl_0_7_1`; the full comparison is experiments/train_defaults.md).
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
     """The Hydra overrides for `python -m verl.trainer.main_ppo`, from train.grpo (+ train.reward)."""
     if not g.get("rl_data_dir"):
         raise ValueError("train.grpo.rl_data_dir is not set: point it at a task=build_rl run directory")
+    if not g.get("model"):
+        # RL starts from the SFT checkpoint, which is also the reference policy (Table 10); never the base
+        raise ValueError(
+            "train.grpo.model is not set: GRPO starts from the SFT checkpoint. Pass "
+            "train.grpo.model=<the `path` in a train_sft run's checkpoint.json> (or set $LAZYMEM_SFT_MODEL)"
+        )
     if g["train_batch_size"] % g["ppo_mini_batch_size"]:
         # VERL 0.9.1's validate_config only checks mini <= batch; a remainder would leave a ragged update
         raise ValueError(
@@ -79,6 +87,7 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
         )
     data = Path(g["rl_data_dir"]).resolve()
     checkpoints = Path(g["checkpoint_dir"]).resolve()
+    old = g["verl_0_7_1"]
     o = {
         "algorithm.adv_estimator": "grpo",
         "data.train_files": str(data / "train.parquet"),
@@ -100,6 +109,15 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
         f"{A}.clip_ratio_low": g["clip_ratio"],
         f"{A}.clip_ratio_high": g["clip_ratio"],
         f"{A}.use_kl_loss": True,
+        f"{A}.fsdp_config.seed": g["fsdp_seed"],
+        f"{A}.data_loader_seed": g["data_loader_seed"],
+        f"{A}.checkpoint.save_contents": list(g["save_contents"]),
+        f"{A}.checkpoint.load_contents": list(g["save_contents"]),
+        "actor_rollout_ref.ref.fsdp_config.seed": g["fsdp_seed"],
+        "actor_rollout_ref.ref.fsdp_config.param_offload": g["ref_param_offload"],
+        # 0.7.1's reference worker reads ref.use_torch_compile, 0.9.1's FSDP engine its fsdp_config's
+        "actor_rollout_ref.ref.use_torch_compile": g["ref_torch_compile"],
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile": g["ref_torch_compile"],
         f"{A}.kl_loss_type": g["kl_loss_type"],
         f"{A}.kl_loss_coef": g["kl_loss_coef"],
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": g["log_prob_micro_batch_size_per_gpu"],
@@ -109,6 +127,9 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
         f"{R}.n": g["rollout_n"],
         f"{R}.temperature": g["temperature"],
         f"{R}.top_p": g["top_p"],
+        f"{R}.max_num_seqs": old["rollout_max_num_seqs"],
+        f"{R}.seed": old["rollout_seed"],
+        f"{R}.calculate_log_probs": old["rollout_calculate_log_probs"],
         "reward.custom_reward_function.path": g["reward_path"],
         "reward.custom_reward_function.name": g["reward_name"],
         "trainer.n_gpus_per_node": g["n_gpus_per_node"],

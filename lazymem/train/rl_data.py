@@ -42,6 +42,27 @@ def balance_pool(pool: Sequence[WindowItem], size: int, seed: int) -> tuple[list
     return out, info
 
 
+def pair_pool(pool: Sequence[WindowItem], seed: int) -> tuple[list[WindowItem], dict]:
+    """Every gold-bearing window once, plus as many gold-free ones sampled without replacement, shuffled.
+
+    The validation set: balanced like the training set, but without repeating a window (App. E.1).
+    """
+    gold = [it for it in pool if any(it.gold)]
+    other = [it for it in pool if not any(it.gold)]
+    rng = random.Random(seed)
+    picked_other = rng.sample(other, min(len(gold), len(other)))
+    out = gold + picked_other
+    rng.shuffle(out)
+    info = {
+        "size": len(out),
+        "gold_bearing": len(gold),
+        "non_gold": len(picked_other),
+        "short_of_nongold": len(other) < len(gold),
+        "no_gold_windows": not gold,
+    }
+    return out, info
+
+
 def pool_stats(pool: Sequence[WindowItem]) -> dict:
     n_gold = sum(1 for it in pool if any(it.gold))
     return {
@@ -52,8 +73,11 @@ def pool_stats(pool: Sequence[WindowItem]) -> dict:
     }
 
 
-def rows(items: Sequence[WindowItem], split: str, query_times: dict[str, str]) -> list[dict]:
-    """VERL rows; extra_info carries the question id, its type and the window span."""
+def rows(
+    items: Sequence[WindowItem], split: str, query_times: dict[str, str], chains: dict[str, str | None]
+) -> list[dict]:
+    """VERL rows; extra_info carries the question id, its type and the window span, the ground truth the
+    question's referenced reasoning chain (None without one)."""
     out = []
     for k, it in enumerate(items):
         q = it.question
@@ -65,6 +89,7 @@ def rows(items: Sequence[WindowItem], split: str, query_times: dict[str, str]) -
                 messages=it.messages,
                 gold=it.gold,
                 answer=q.answer,
+                reasoning=chains.get(q.id),
                 split=split,
                 index=k,
                 extra_info={

@@ -33,10 +33,18 @@ DS_Z2 = {
 }
 
 
-def sft_yaml(sft: Mapping[str, Any], dataset_dir: Path, deepspeed: Path, with_reasoning: bool) -> dict:
+def sft_yaml(
+    sft: Mapping[str, Any],
+    dataset_dir: Path,
+    deepspeed: Path,
+    with_reasoning: bool,
+    eval_dataset: str | None = None,
+) -> dict:
     """The training YAML. `template: qwen3` trains an empty think block unless enable_thinking is false,
-    so the switch follows whether the targets carry reasoning (DESIGN.md)."""
-    return {
+    so the switch follows whether the targets carry reasoning (DESIGN.md). With `eval_dataset` (the
+    validation split's instances) every epoch is evaluated and the lowest-loss epoch's weights are the
+    final ones (App. D.1: checkpoints are chosen on the validation split)."""
+    out = {
         "model_name_or_path": str(sft["model"]),
         "trust_remote_code": True,
         "stage": "sft",
@@ -64,8 +72,20 @@ def sft_yaml(sft: Mapping[str, Any], dataset_dir: Path, deepspeed: Path, with_re
         "lr_scheduler_type": str(sft["lr_scheduler"]),
         "warmup_ratio": float(sft["warmup_ratio"]),
         "bf16": bool(sft["bf16"]),
+        "optim": str(sft["optim"]),
+        "average_tokens_across_devices": bool(sft["average_tokens_across_devices"]),
         "ddp_timeout": 180000000,
     }
+    if eval_dataset:
+        out.update(
+            eval_dataset=eval_dataset,
+            eval_strategy="epoch",
+            per_device_eval_batch_size=int(sft["per_device_batch"]),
+            load_best_model_at_end=True,
+            metric_for_best_model="eval_loss",
+            greater_is_better=False,
+        )
+    return out
 
 
 def train_yaml(base: Mapping[str, Any], overrides: Mapping[str, Any], output_dir: Path) -> dict:

@@ -157,20 +157,23 @@ def sharegpt_record(a: Annotation) -> dict:
 
 
 DATASET_NAME = "lazymem_sft"
-DATASET_INFO = {
-    DATASET_NAME: {
-        "file_name": f"{DATASET_NAME}.json",
-        "formatting": "sharegpt",
-        "columns": {"messages": "messages"},
-        "tags": {
-            "role_tag": "role",
-            "content_tag": "content",
-            "user_tag": "user",
-            "assistant_tag": "assistant",
-            "system_tag": "system",
-        },
+VAL_DATASET_NAME = "lazymem_sft_val"  # the validation split's instances, for checkpoint choice (App. D.1)
+
+
+def dataset_info(*names: str) -> dict:
+    """LLaMA-Factory's dataset_info.json for the sharegpt files `<name>.json`."""
+    tags = {
+        "role_tag": "role",
+        "content_tag": "content",
+        "user_tag": "user",
+        "assistant_tag": "assistant",
+        "system_tag": "system",
     }
-}
+    fmt = {"formatting": "sharegpt", "columns": {"messages": "messages"}, "tags": tags}
+    return {n: {"file_name": f"{n}.json", **fmt} for n in names}
+
+
+DATASET_INFO = dataset_info(DATASET_NAME)
 
 
 def stats(items, annotations, balanced, discards, codes, balance_info, count_tokens) -> dict:

@@ -3,7 +3,8 @@
 The reward never sees the training step, so the phase flip happens where validation results are: the
 trainer's ``_validate``. Its result holds the mean of our reward's ``format_ok`` per data source, as
 ``val-aux/<data_source>/format_ok/mean@<N>``; that rate goes to :meth:`Curriculum.observe_validation`,
-which writes the phase to the state file the reward reads lambda from.
+which writes the phase to the state file the reward reads lambda from. Each round is also appended to
+the checkpoint directory's validation log, from which the checkpoint is chosen (checkpoint_select.py).
 
 VERL looks the trainer class up by ``trainer.v1.trainer_mode`` inside its TaskRunner, a Ray actor
 (verl/trainer/main_ppo.py), so the class must be registered in Ray's workers: Ray's
@@ -28,6 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lazymem.train.checkpoint_select import append_validation
 from lazymem.train.curriculum import Curriculum, state_path
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,8 @@ _VAL_MEAN = re.compile(r"^val-(?:core|aux)/(?P<source>.+)/(?P<var>[^/]+)/mean@(?
 
 
 def format_rate(metrics: Mapping[str, Any], var: str = FORMAT_VAR) -> float | None:
-    """The format-valid rate in VERL's validation metrics; None when no ``<var>/mean@N`` is there.
+    """The validation mean of ``var`` (by default the format-valid rate) in VERL's validation metrics;
+    None when no ``<var>/mean@N`` is there.
 
     Per data source VERL averages per-prompt means, under ``mean@N`` with N = the prompt's rollouts; a
     prompt that lost rollouts lands in a key with a smaller N. We take the largest N per source (VERL's own
@@ -68,6 +71,13 @@ def format_rate(metrics: Mapping[str, Any], var: str = FORMAT_VAR) -> float | No
     if not best:
         return None
     return math.fsum(rate for _, rate in best.values()) / len(best)
+
+
+def validation_means(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Every reward variable's validation mean (:func:`format_rate` per variable), by variable name."""
+    names = {m["var"] for m in map(_VAL_MEAN.match, metrics) if m is not None}
+    means = {var: format_rate(metrics, var) for var in sorted(names)}
+    return {var: v for var, v in means.items() if v is not None}
 
 
 def curriculum_from_config(config: Any) -> Curriculum:
@@ -132,6 +142,9 @@ class CurriculumValidation:
         cur = self.__dict__.get("_curriculum")
         if cur is None:
             cur = self._curriculum = curriculum_from_config(self.config)
+        scored = {"step": self.global_steps, "lam": cur.lam, "phase": cur.phase}  # before the round moves it
+        record = {**scored, **validation_means(metrics), **metrics}
+        append_validation(self.config.trainer.default_local_dir, record)  # for the checkpoint choice
         return {**metrics, **observe(cur, metrics, self.global_steps)}
 
 
