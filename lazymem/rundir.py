@@ -7,6 +7,7 @@ the values of those environment variables, wherever they may have ended up.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -88,9 +90,125 @@ def scrub(run_dir: Path, secrets: list[str]) -> int:
     return changed
 
 
+def resolved_config(cfg: DictConfig) -> dict:
+    """The config as config.yaml stores it: interpolations resolved, secrets blanked."""
+    return redact(OmegaConf.to_container(cfg, resolve=True))
+
+
 def write_config(cfg: DictConfig, run_dir: Path) -> None:
-    resolved = redact(OmegaConf.to_container(cfg, resolve=True))
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved_config(cfg))))
+
+
+# Keys (dotted, fnmatch patterns) that cannot change a run's results: a resumed run may differ from the
+# stored config in these and nothing else. Speed, patience, logging, where caches live, the error budget.
+FREE_KEYS = (
+    "resume",
+    "max_error_rate",
+    "logger",
+    "logger.*",
+    "cache_dir",
+    "llm.cache",
+    "*.cache_path",
+    "*.model_cache_dir",
+    "*.cache.dir",
+    "*.concurrency",
+    "*.timeout_s",
+    "*.max_retries",
+    "*.backoff_base_s",
+    "*.backoff_cap_s",
+    "*.startup_timeout_s",
+    "*.stop_timeout_s",
+    "*.max_restarts",
+)
+
+
+class RunDirError(SystemExit):
+    """A run directory that this run must not write into; the message says what to do instead."""
+
+
+def flatten(node, prefix: str = "") -> dict[str, object]:
+    if isinstance(node, Mapping) and node:
+        out: dict[str, object] = {}
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def result_changes(stored: dict, new: dict) -> list[str]:
+    """'key: stored -> new' for every key that differs between two configs and may change results."""
+    a, b = flatten(stored), flatten(new)
+    changed = []
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key, "<absent>") == b.get(key, "<absent>"):
+            continue
+        if any(fnmatch.fnmatchcase(key, pattern) for pattern in FREE_KEYS):
+            continue
+        changed.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+    return changed
+
+
+def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
+    """Refuse, before anything is written, a directory that holds an earlier run unless this run resumes
+    it with a config that gives the same results."""
+    stored = run_dir / "config.yaml"
+    if not (stored.exists() or (run_dir / "meta.json").exists()):
+        return
+    if not cfg.get("resume"):
+        status = _stored_status(run_dir)
+        raise RunDirError(
+            f"error: {run_dir} already holds a run (status {status}); continue it with resume=true, "
+            "or pick a new directory with hydra.run.dir=DIR"
+        )
+    if not stored.exists():
+        return
+    changes = result_changes(yaml_load(stored), resolved_config(cfg))
+    if changes:
+        shown = "\n".join(f"  - {c}" for c in changes[:20])
+        more = f"\n  ... and {len(changes) - 20} more" if len(changes) > 20 else ""
+        raise RunDirError(
+            f"error: resume=true refused: the config differs from the run in {run_dir} in keys that change "
+            f"results (stored -> now):\n{shown}{more}\nresume with the stored values, or start a new run "
+            "without resume=true (a new hydra.run.dir)"
+        )
+
+
+def yaml_load(path: Path) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def _stored_status(run_dir: Path) -> str:
+    try:
+        return json.loads((run_dir / "meta.json").read_text()).get("status", "unknown")
+    except (OSError, ValueError):
+        return "unknown"
+
+
+def outcome(counts: Mapping[str, int] | None) -> tuple[str, dict | None]:
+    """(status, question counts) from a run's record statuses: `ok` only when no question failed,
+    `failed` when none succeeded, else `partial`. A run without records is `ok`."""
+    if not counts:
+        return "ok", None
+    ok, errors = counts.get("ok", 0), sum(n for s, n in counts.items() if s not in ("ok", "not_applicable"))
+    questions = {
+        "ok": ok,
+        "not_applicable": counts.get("not_applicable", 0),
+        "errors": errors,
+        "error_rate": round(errors / (ok + errors), 4) if ok + errors else 0.0,
+    }
+    status = "ok" if not errors else "failed" if not ok else "partial"
+    return status, questions
+
+
+def over_budget(meta: Mapping) -> bool:
+    """True when a finished run counts as failed: any status but `ok`, except a `partial` or `failed`
+    run whose error rate is within the `max_error_rate` it ran with."""
+    if meta.get("status") == "ok":
+        return False
+    questions = meta.get("questions") or {}
+    if meta.get("status") in ("partial", "failed") and "max_error_rate" in questions:
+        return questions["error_rate"] > questions["max_error_rate"]
+    return True
 
 
 def git_state() -> dict:
@@ -143,10 +261,12 @@ class RunMeta:
         self.data["datasets"].append({k: source[k] for k in keep if k in source})
         self.write()
 
-    def finish(self, status: str, error: str | None = None) -> None:
+    def finish(self, status: str, error: str | None = None, questions: dict | None = None) -> None:
         self.data.update(status=status, end=now())
         if error:
             self.data["error"] = error
+        if questions is not None:
+            self.data["questions"] = questions
         self.write()
 
     def write(self) -> None:

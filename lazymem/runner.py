@@ -11,17 +11,32 @@ import importlib
 import logging
 import os
 import secrets
+import signal
+import sys
 from functools import lru_cache
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lazymem import tracking
+from lazymem import interrupt, tracking
 from lazymem.data.schema import DataError
-from lazymem.rundir import RunMeta, scrub, secret_values, write_config
+from lazymem.eval.records import status_counts
+from lazymem.llm.servers import ServerDied, ServerStartError
+from lazymem.rundir import (
+    RunDirError,
+    RunMeta,
+    check_run_dir,
+    outcome,
+    over_budget,
+    scrub,
+    secret_values,
+    write_config,
+)
+from lazymem.validate import ConfigError, validate
 
 log = logging.getLogger("lazymem")
 CONF = Path(__file__).resolve().parent.parent / "conf"  # an absolute path: this is not __main__
@@ -59,29 +74,57 @@ def _fail(message: str) -> None:
 
 
 QUIET = ("httpx", "httpx2", "httpcore", "openai", "bm25s", "sentence_transformers", "urllib3", "filelock")
+# a clear stop with one message (no traceback): bad input, bad config, a model server that will not serve
+CLEAR_STOPS = (DataError, ConfigError, ServerStartError, ServerDied)
+
+
+def _task(name: str):
+    try:
+        return importlib.import_module(f"lazymem.tasks.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"lazymem.tasks.{name}":
+            raise
+        raise ConfigError([f"unknown task '{name}' (no module lazymem.tasks.{name})"]) from None
+
+
+def _budget(questions: dict | None, cfg: DictConfig) -> dict | None:
+    if questions is not None:
+        questions["max_error_rate"] = float(cfg.get("max_error_rate", 0.0))
+    return questions
 
 
 def execute(cfg: DictConfig) -> dict | None:
     for name in QUIET:  # per-request chatter of libraries; their warnings still show
         logging.getLogger(name).setLevel(logging.WARNING)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    check_run_dir(run_dir, cfg)  # an earlier run here is refused (or resumed) before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(cfg, run_dir)
     run = Run(cfg, run_dir)
     log.info("run directory: %s", run_dir)
     tracker = tracking.start(cfg, run_dir)  # logger=wandb: a W&B run (offline by default), else nothing
-    status, error, result = "failed", None, None
+    status, error, result, questions = "failed", None, None, None
     try:
-        task = importlib.import_module(f"lazymem.tasks.{cfg.task}")
-        result = task.run(cfg, run)
-        status = "ok"
+        with interrupt.handling():
+            validate(cfg)  # before any server starts or model loads
+            result = _task(cfg.task).run(cfg, run)
+        status, questions = outcome(status_counts(run_dir))
+        if status != "ok":
+            error = (
+                f"{questions['errors']} of {questions['ok'] + questions['errors']} questions failed "
+                f"(see records.jsonl; resume=true retries them)"
+            )
         return result
-    except ModuleNotFoundError as e:
-        if e.name != f"lazymem.tasks.{cfg.task}":
-            raise
-        error = f"unknown task '{cfg.task}' (no module lazymem.tasks.{cfg.task})"
-        _fail(error)
-    except DataError as e:
+    except KeyboardInterrupt as e:  # Interrupted (SIGINT/SIGTERM), or Ctrl-C before the handler was set
+        status, signum = "interrupted", getattr(e, "signum", signal.SIGINT)
+        error = f"interrupted by {signal.Signals(signum).name}"
+        print(
+            f"error: {error}; servers stopped, finished questions kept. Continue with resume=true "
+            f"hydra.run.dir={run_dir}",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + signum) from None
+    except CLEAR_STOPS as e:
         error = str(e)
         _fail(error)
     except SystemExit as e:  # a task's own clear stop (preflight, missing inputs)
@@ -92,16 +135,47 @@ def execute(cfg: DictConfig) -> dict | None:
         if not _in_sweep():
             raise
         log.exception("job failed")
-    except BaseException as e:  # KeyboardInterrupt and the like end the whole run
+    except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        run.meta.finish(status, error)
+        run.meta.finish(status, error, _budget(questions, cfg))
         secrets = secret_values(cfg)
         scrub(run_dir, secrets)  # before the tracker reads the outputs
         tracker.finish(run_dir, result, ok=status == "ok")
         if tracker.files:  # and W&B's own text files once it has written them
             scrub(tracker.files, secrets)
+        if status != "ok" and questions is not None:
+            _report_errors(run, error)
+
+
+def _report_errors(run: Run, error: str) -> None:
+    """A run with failed questions: a warning within the error budget, else a failed exit."""
+    questions = run.meta.data["questions"]
+    message = (
+        f"{error}; error rate {questions['error_rate']:.1%} > max_error_rate {questions['max_error_rate']:g}"
+    )
+    if over_budget(run.meta.data):
+        _fail(message)
+    else:
+        log.warning("%s (within max_error_rate %g)", error, questions["max_error_rate"])
+
+
+class RunDirGuard(Callback):
+    """Checks the run directory before Hydra writes its .hydra/ files there (single runs; sweep jobs are
+    checked by execute)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        check_run_dir(Path(str(config.hydra.run.dir)), task_cfg)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if not config.get("resume") and any(sweep_dir.glob("*/meta.json")):
+            raise RunDirError(
+                f"error: {sweep_dir} already holds a sweep; continue it with resume=true, or pick a new "
+                "directory with hydra.sweep.dir=DIR"
+            )
 
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")

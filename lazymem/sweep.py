@@ -1,7 +1,8 @@
 """Sweeps (`-m`): one summary of every job, written when the sweep ends, failed jobs included.
 
 A job's failure is recorded in its own meta.json (status, error) and does not stop the other jobs; this
-Hydra callback collects them into sweep_summary.json in the sweep directory and names the failures.
+Hydra callback collects them into sweep_summary.json in the sweep directory and names the failures: every
+job whose status is not `ok`, except `partial` ones within their `max_error_rate`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from lazymem.rundir import over_budget
 
 log = logging.getLogger("lazymem")
 
@@ -28,10 +31,12 @@ def summarize_sweep(sweep_dir: Path) -> dict:
                 "task": meta.get("task"),
                 "status": meta.get("status"),
                 "error": meta.get("error"),
+                "questions": meta.get("questions"),
+                "failed": over_budget(meta),
                 "overrides": overrides.read_text().strip() if overrides.exists() else None,
             }
         )
-    failed = [j for j in jobs if j["status"] != "ok"]
+    failed = [j for j in jobs if j["failed"]]
     return {
         "sweep_dir": str(sweep_dir),
         "jobs": jobs,
@@ -49,8 +54,8 @@ class SweepSummary(Callback):
         (sweep_dir / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         log.info("sweep: %d ok, %d failed (%s)", summary["ok"], len(summary["failed"]), sweep_dir)
         for job in summary["jobs"]:
-            if job["status"] != "ok":
-                log.error("job %s failed: %s", job["job"], job["error"])
+            if job["failed"]:
+                log.error("job %s %s: %s", job["job"], job["status"], job["error"])
         if summary["failed"]:
             raise SystemExit(
                 f"error: {len(summary['failed'])} of {len(summary['jobs'])} jobs failed, "

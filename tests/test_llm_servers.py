@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lazymem.llm.servers import Endpoint, ManagedServer, ServerStartError, VllmServer
+from lazymem.llm.servers import Endpoint, ManagedServer, ServerDied, ServerStartError, VllmServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +101,32 @@ def test_exception_inside_the_block_still_stops(fake_cmd, tmp_path):
         pid = s.pid
         raise RuntimeError("inside")
     assert wait_until(lambda: not alive(pid), 5)
+
+
+def test_a_dead_server_is_restarted_once_then_reported_with_its_log(fake_cmd, tmp_path):
+    with ManagedServer(fake_cmd(), "fake", tmp_path) as s:
+        s.revive()  # alive: nothing to do
+        first = s.pid
+        s.proc.kill()
+        s.proc.wait()
+        s.revive()
+        assert s.restarts == 1 and s.pid != first and s.healthy()
+        port = s.port
+        s.proc.kill()
+        s.proc.wait()
+        died = rf"died \(exit code -9\) after 1 restart\(s\); log {s.log_path}"
+        with pytest.raises(ServerDied, match=died):
+            s.revive()
+        assert s.pid is None and s.port == port
+        with pytest.raises(ServerDied):  # and stays dead for every later caller
+            s.revive()
+
+
+def test_a_server_stopped_on_purpose_stays_down(fake_cmd, tmp_path):
+    s = ManagedServer(fake_cmd(), "fake", tmp_path).start()
+    s.stop()
+    s.revive()
+    assert s.pid is None and s.restarts == 0
 
 
 def test_crash_at_start_reports_exit_code_and_log_tail(fake_cmd, tmp_path):

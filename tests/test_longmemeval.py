@@ -113,6 +113,12 @@ def test_truncated_and_missing_files(tmp_path):
         longmemeval.load(path)
     with pytest.raises(DataError, match="no such file"):
         longmemeval.load(tmp_path / "absent.json")
+    path.write_text("")
+    with pytest.raises(DataError, match=r"cut.json: the file is empty, expected JSON$"):
+        longmemeval.load(path)
+    path.write_text('[{"question_id": "q1", "question": "unterminated')
+    with pytest.raises(DataError, match=r"valid JSON at line 1, column 36: Unterminated string starting at$"):
+        longmemeval.load(path)
     path.write_text(json.dumps({"questions": []}))
     with pytest.raises(DataError, match="expected a JSON list"):
         longmemeval.load(path)

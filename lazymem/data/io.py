@@ -23,13 +23,15 @@ def read_json(path: str | Path) -> object:
         raise DataError(path, None, None, "no such file")
     if path.is_dir():
         raise DataError(path, None, None, "is a directory, expected a JSON file")
+    if path.stat().st_size == 0:
+        raise DataError(path, None, None, "the file is empty, expected JSON")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
         hint = " (the file looks truncated)" if e.pos >= path.stat().st_size - 1 else ""
         raise DataError(
-            path, None, None, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}{hint}"
+            path, None, None, f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}{hint}"
         ) from None
     except UnicodeDecodeError as e:
         raise DataError(path, None, None, f"not UTF-8 text: {e.reason} at byte {e.start}") from None

@@ -2,15 +2,20 @@
 
 Resume: reopening with `resume=True` keeps the finished (`ok`, `not_applicable`) records, drops `error`
 ones (they are retried) and any torn last line left by a killed process, rewrites the file atomically,
-then appends. A key is never written twice.
+then appends. A key is never written twice, and after SIGINT/SIGTERM no error record is (see interrupt.py).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections import Counter
 from pathlib import Path
 
+from lazymem import interrupt
+
+log = logging.getLogger(__name__)
 FINAL = ("ok", "not_applicable")  # statuses a resumed run keeps; errors are retried
 
 
@@ -54,6 +59,8 @@ class Records:
         return (method, qid) in self.kept
 
     def append(self, record: dict) -> None:
+        if record["status"] not in FINAL:
+            interrupt.check()  # an error caused by a signal stopping the servers is not recorded
         key = (record["method"], record["qid"])
         if key in self.kept:
             raise ValueError(f"record {key} already written")
@@ -66,11 +73,23 @@ class Records:
 
 
 def read_records(path: Path) -> list[dict]:
-    """Every complete line of a records file (a torn last line is skipped)."""
-    out = []
+    """Every complete line of a records file; a torn line is skipped with a warning."""
+    out, torn = [], 0
     for line in Path(path).read_text().splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            continue
+            torn += 1
+    if torn:
+        log.warning(
+            "%s: skipped %d unreadable line(s) (torn by a killed run?); resume=true drops them", path, torn
+        )
     return out
+
+
+def status_counts(run_dir: Path) -> Counter | None:
+    """How many records of each status the run's records.jsonl files hold (None when it wrote none)."""
+    paths = sorted(Path(run_dir).rglob("records.jsonl"))
+    if not paths:
+        return None
+    return Counter(r.get("status") for p in paths for r in read_records(p))

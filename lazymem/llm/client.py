@@ -17,7 +17,9 @@ from typing import Any
 
 import openai
 
+from lazymem import interrupt
 from lazymem.llm.cache import LLMCache, cache_key
+from lazymem.llm.servers import ServerDied
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +156,10 @@ def _classify(e: BaseException, timeout_s: float) -> tuple[str, bool, float | No
 class LLMClient:
     """Bounded-concurrency chat calls with timeout, retries, usage accounting and an optional cache."""
 
-    def __init__(self, cfg: ClientConfig, cache: LLMCache | None = None):
+    def __init__(self, cfg: ClientConfig, cache: LLMCache | None = None, server=None):
         self.cfg = cfg
         self.cache = cache
+        self.server = server  # a managed server to restart when it stops answering (see _revive)
         self._api_key = _api_key(cfg.api_key_env)  # read now: a missing key fails before any work
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: openai.AsyncOpenAI | None = None
@@ -258,6 +261,9 @@ class LLMClient:
                         return Completion(text, reasoning, finish, pt, ct, time.monotonic() - start, attempt)
                     # Deterministic decoding would give the same empty answer again: no retry.
                     error, retryable, retry_after = f"empty completion (finish_reason={finish})", False, None
+            interrupt.check()  # never retry after SIGINT/SIGTERM: the servers are already down
+            if retryable and error.startswith("connection error"):
+                error, retryable = self._revive(error)
             if not retryable or attempt > cfg.max_retries:
                 return Completion("", None, None, 0, 0, time.monotonic() - start, attempt, error=error)
             self.counts["retries"] += 1
@@ -267,6 +273,17 @@ class LLMClient:
             )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _revive(self, error: str) -> tuple[str, bool]:
+        """A connection error may mean the managed server died: restart it (in this thread, so it keeps
+        the parent-death signal) and retry; a server that may not be restarted again ends the retries."""
+        if self.server is None:
+            return error, True
+        try:
+            self.server.revive()
+        except ServerDied as e:
+            return f"{error}; {e}", False
+        return error, True
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Exponential backoff with jitter: uniform in [d/2, d], d = min(cap, base * 2**(attempt-1))."""

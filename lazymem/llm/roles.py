@@ -123,6 +123,17 @@ class ServerRegistry:
     def __len__(self) -> int:
         return len(self._servers)
 
+    def revive(self) -> None:
+        """Restart any managed server that died since the last look (each at most ``max_restarts`` times)."""
+        with self._lock:
+            servers = list(self._servers.values())
+        for server in servers:
+            server.revive()
+
+    def restarts(self) -> dict[str, int]:
+        with self._lock:
+            return {s.served_name: s.restarts for s in self._servers.values() if s.kind != "endpoint"}
+
     def close(self) -> None:
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}
@@ -181,12 +192,17 @@ class LLMSet:
             extra_body=rc.get("extra_body") or {},
             **{k: rc[k] for k in _CLIENT_KEYS if rc.get(k) is not None},
         )
-        return LLMClient(cc, cache=self.cache)
+        return LLMClient(cc, cache=self.cache, server=server)
+
+    def revive(self) -> None:
+        """Between questions: restart a managed server that died (once); a second death raises ServerDied."""
+        self.registry.revive()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {role: c.stats() for role, c in self._clients.items()}
         if self.cache is not None:
             out["cache"] = self.cache.stats()
+        out["server_restarts"] = self.registry.restarts()
         return out
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Model servers as context managers: llama.cpp (CPU), vLLM (GPU, its own environment), or a given URL.
 
 A managed server runs in its own process group, logs to a file, is healthy once ``GET /v1/models``
-lists its served name, and is stopped on every way out: context exit, exceptions, SIGTERM/SIGINT to
+lists its served name, is restarted once if it dies mid-run (:meth:`ManagedServer.revive`), and is
+stopped on every way out: context exit, exceptions, SIGTERM/SIGINT to
 this process, interpreter exit, and (Linux) this process being SIGKILLed: the child asks the kernel
 for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``).
 """
@@ -37,6 +38,10 @@ class ServerStartError(RuntimeError):
     """A server that exited or never became healthy; the message ends with the tail of its log."""
 
 
+class ServerDied(RuntimeError):
+    """A managed server that exited mid-run more often than it may be restarted."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -50,13 +55,14 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
-def _stop_all() -> None:
+def stop_all() -> None:
+    """Stop every managed server of this process."""
     for server in list(_LIVE):
         server.stop()
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    _stop_all()
+    stop_all()
     prev = _PREV_HANDLERS.get(signum, signal.SIG_DFL)
     if callable(prev):
         prev(signum, frame)
@@ -69,7 +75,7 @@ def _install_hooks() -> None:
     global _ATEXIT_SET
     with _HOOKS_LOCK:
         if not _ATEXIT_SET:
-            atexit.register(_stop_all)
+            atexit.register(stop_all)
             _ATEXIT_SET = True
         if _PREV_HANDLERS or threading.current_thread() is not threading.main_thread():
             return
@@ -93,6 +99,7 @@ class ManagedServer:
         port: int | None = None,
         startup_timeout_s: float = 300.0,
         stop_timeout_s: float = 20.0,
+        max_restarts: int = 1,
         env: dict[str, str] | None = None,
     ):
         self.host, self.port = host, port or free_port(host)
@@ -104,6 +111,9 @@ class ManagedServer:
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self.max_restarts, self.restarts = max_restarts, 0
+        self.died: str | None = None  # why it may not be restarted again
+        self._revive_lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
@@ -151,6 +161,33 @@ class ManagedServer:
         self.startup_s = time.monotonic() - t0
         log.info("%s healthy after %.1fs", self.served_name, self.startup_s)
         return self
+
+    def revive(self) -> None:
+        """Restart the server if its process exited by itself (on the same port, so clients go on);
+        :class:`ServerDied` once it has died more than ``max_restarts`` times. A stopped server stays down."""
+        with self._revive_lock:
+            if self.died is not None:
+                raise ServerDied(self.died)
+            code = self.proc.poll() if self.proc is not None else None
+            if code is None:
+                return
+            self.stop()  # reaps what is left of its process group
+            if self.restarts >= self.max_restarts:
+                self.died = (
+                    f"{self.kind} server for {self.served_name!r} died (exit code {code}) after "
+                    f"{self.restarts} restart(s); log {self.log_path}:\n{log_tail(self.log_path, 15)}"
+                )
+                raise ServerDied(self.died)
+            self.restarts += 1
+            log.warning(
+                "%s server died (exit code %s); restarting it (%d of %d), log %s",
+                self.served_name,
+                code,
+                self.restarts,
+                self.max_restarts,
+                self.log_path,
+            )
+            self.start()
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -303,9 +340,13 @@ class Endpoint:
     def __init__(self, base_url: str, served_name: str, **_: Any):
         self.base_url, self.served_name = base_url.rstrip("/"), served_name
         self.startup_s = 0.0
+        self.restarts = 0
 
     def start(self) -> Endpoint:
         return self
+
+    def revive(self) -> None:
+        pass
 
     def stop(self) -> None:
         pass

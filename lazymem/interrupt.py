@@ -1,0 +1,66 @@
+"""SIGINT / SIGTERM stop a run promptly: servers down, records kept, `resume=true` continues.
+
+Inside :func:`handling` either signal stops every managed model server and raises :class:`Interrupted`,
+a KeyboardInterrupt, so asyncio and every `except Exception` let it through. The signal is also
+remembered: code at the points where a run would go on (a question starting, a record being written, a
+client about to retry) calls :func:`check`, so the run stops even if some library swallowed the exception.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from lazymem.llm.servers import stop_all
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: int | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + signal number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + self.signum
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal arrived since :func:`handling` began."""
+    if _received is not None:
+        raise Interrupted(_received)
+
+
+def _on_signal(signum: int, frame) -> None:
+    global _received
+    _received = signum
+    stop_all()
+    raise Interrupted(signum)
+
+
+@contextmanager
+def handling() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the block (main thread only: elsewhere Python
+    allows no handlers, and the process that owns the main thread decides)."""
+    global _received
+    _received = None
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, _on_signal)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,69 @@
+"""Run-directory rules (lazymem/rundir.py): no overwriting, resume only with the same results-config,
+a status that says what happened to the questions."""
+
+import json
+from collections import Counter
+
+import pytest
+from omegaconf import OmegaConf
+
+from lazymem.rundir import RunDirError, check_run_dir, outcome, over_budget, result_changes, write_config
+from lazymem.sweep import summarize_sweep
+
+
+def cfg(**over):
+    base = {"w": 2, "resume": False, "cache_dir": "/a", "llm": {"common": {"concurrency": 1, "model": "m"}}}
+    return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(over))
+
+
+def test_results_keys_are_named_free_keys_are_not():
+    stored = OmegaConf.to_container(cfg())
+    new = OmegaConf.to_container(cfg(w=0, cache_dir="/b", llm={"common": {"concurrency": 4, "seed": 1}}))
+    assert result_changes(stored, new) == ["llm.common.seed: '<absent>' -> 1", "w: 2 -> 0"]
+
+
+def test_a_fresh_or_empty_directory_is_fine(tmp_path):
+    check_run_dir(tmp_path / "new", cfg())
+    (tmp_path / ".hydra").mkdir()  # what Hydra writes is not a run
+    check_run_dir(tmp_path, cfg())
+
+
+def test_an_earlier_run_is_refused_without_resume_and_checked_with_it(tmp_path):
+    write_config(cfg(), tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(RunDirError, match=r"already holds a run \(status ok\); continue it with resume=true"):
+        check_run_dir(tmp_path, cfg())
+    with pytest.raises(RunDirError, match=r"(?s)resume=true refused.*  - w: 2 -> 0"):
+        check_run_dir(tmp_path, cfg(resume=True, w=0))
+    check_run_dir(tmp_path, cfg(resume=True, llm={"common": {"concurrency": 8}}))
+
+
+def test_status_follows_the_records():
+    assert outcome(None) == ("ok", None)
+    assert outcome(Counter(ok=3, not_applicable=1))[0] == "ok"
+    status, q = outcome(Counter(ok=3, error=1))
+    assert status == "partial" and q == {"ok": 3, "not_applicable": 0, "errors": 1, "error_rate": 0.25}
+    assert outcome(Counter(error=2, not_applicable=1))[0] == "failed"
+
+
+def test_over_budget():
+    partial = {"status": "partial", "questions": {"error_rate": 0.25, "max_error_rate": 0.0}}
+    assert over_budget(partial)
+    partial["questions"]["max_error_rate"] = 0.3
+    assert not over_budget(partial)
+    assert over_budget({"status": "interrupted"}) and over_budget({"status": "failed"})
+    assert not over_budget({"status": "ok"})
+
+
+def test_sweep_summary_lists_jobs_over_their_error_budget(tmp_path):
+    metas = {
+        "0": {"status": "ok"},
+        "1": {"status": "partial", "questions": {"error_rate": 0.1, "max_error_rate": 0.2}},
+        "2": {"status": "partial", "questions": {"error_rate": 0.5, "max_error_rate": 0.2}},
+        "3": {"status": "interrupted"},
+    }
+    for job, m in metas.items():
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "meta.json").write_text(json.dumps(m))
+    summary = summarize_sweep(tmp_path)
+    assert summary["ok"] == 2 and summary["failed"] == ["2", "3"]
