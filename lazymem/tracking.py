@@ -212,14 +212,15 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def flatten_method(summary: dict, prefix: str) -> dict:
-    """One method's summary (lazymem/eval/metrics.py): accuracy_by_type -> by_type/<type>/accuracy,
+    """One method's summary (lazymem/eval/metrics.py): X_by_type -> by_type/<type>/X (accuracy, f1),
     latency_s -> latency/<stage>/<stat>, the rest as nested keys; free-text error messages left out."""
     out: dict = {}
     for k, v in summary.items():
         if k == "error_messages":
             continue
-        if k == "accuracy_by_type" and isinstance(v, dict):
-            out.update({f"{prefix}/by_type/{t}/accuracy": a for t, a in v.items() if a is not None})
+        if k.endswith("_by_type") and isinstance(v, dict):  # accuracy_by_type, f1_by_type, ...
+            metric = k.removesuffix("_by_type")
+            out.update({f"{prefix}/by_type/{t}/{metric}": a for t, a in v.items() if a is not None})
         elif k == "latency_s":
             out.update(flatten(v, f"{prefix}/latency"))
         else:

@@ -284,3 +284,15 @@ def test_raw_newline_in_a_string_fails_the_gate_but_is_salvaged():
     assert check_decisions(text, 1).error == "not_json"
     salvaged = salvage_decisions(text, 1)
     assert salvaged.ok and salvaged.decisions[0].content == "line one\nline two"
+
+
+def test_decision_array_ok_is_structure_only():
+    from lazymem.construct.decisions import decision_array_ok
+
+    two = '[{"op": "KEEP", "compressed_content": "", "reason": 1}, {"op": "DROP", "extra": true}]'
+    assert decision_array_ok(two, 2)  # the strict gate would reject both items
+    assert decision_array_ok("<think>hmm</think>\n" + two, 2)
+    assert not decision_array_ok(two, 3)  # one decision per input message
+    assert not decision_array_ok("```json\n" + two + "\n```", 2)  # not parseable as it stands
+    assert not decision_array_ok('[{"op": "MAYBE"}, {"op": "DROP"}]', 2)
+    assert not decision_array_ok('{"op": "KEEP"}', 1) and not decision_array_ok("", 1)

@@ -1,7 +1,20 @@
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
+from hydra import compose, initialize_config_dir
 
 from lazymem.data.schema import Question
-from lazymem.eval.judge import JudgePrompts, parse_label, style_for
+from lazymem.eval.f1 import LocomoF1
+from lazymem.eval.judge import OFFICIAL_FILE, JudgePrompts, describe_judge, parse_label, style_for
+from lazymem.eval.pipeline import Judge
+from lazymem.llm.client import Decoding
+
+from conftest import run_cli
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 def question(**kw):
@@ -20,11 +33,14 @@ def question(**kw):
         ("NO, the reply is wrong", False),
         ("<think>maybe yes? no wait</think>\nno", False),
         ("<think>hmm</think> Yes", True),
-        ("The answer is correct.", None),
-        ("", None),
+        # the official rule: any reply without "yes" is incorrect, and "yes" anywhere counts
+        ("The answer is correct.", False),
+        ("", False),
+        ("No. Yes would be wrong here", True),
+        ("EYES", True),
     ],
 )
-def test_longmemeval_labels(text, label):
+def test_longmemeval_labels_follow_the_official_rule(text, label):
     assert parse_label("longmemeval", text) is label
 
 
@@ -59,11 +75,13 @@ def test_rules_follow_question_type_and_abstention():
     assert "CORRECT or WRONG" in locomo and "any format" in locomo
 
 
-def test_style_and_version():
-    assert style_for("locomo") == "locomo" and style_for("synthetic") == "longmemeval"
+def test_style_is_declared_by_the_benchmark_and_overridable():
+    assert style_for("locomo") == "locomo" and style_for("longmemeval") == "longmemeval"
     assert style_for("locomo", "longmemeval") == "longmemeval"
+    with pytest.raises(ValueError, match="names no judge"):
+        style_for(None)  # a new benchmark never silently inherits another's judge
     with pytest.raises(ValueError):
-        style_for("x", "exact-match")
+        style_for("longmemeval", "exact-match")
     assert JudgePrompts().version == JudgePrompts().version
 
 
@@ -85,3 +103,148 @@ def test_contains_reference_cross_check():
     assert contains_reference(question(answer="3"), "You bought 3 gadgets") is True
     assert contains_reference(question(answer="x", abstention=True), "x") is None
     assert contains_reference(question(type="single-session-preference", answer="x"), "x") is None
+
+
+FAKE_OFFICIAL = """import os
+import backoff_is_not_installed_here
+from openai import OpenAI
+
+GREETING = 'Grade this'
+client = OpenAI()
+
+
+@backoff_is_not_installed_here.on_exception(Exception)
+def call(client, **kwargs):
+    return client.chat.completions.create(**kwargs)
+
+
+def get_anscheck_prompt(task, question, answer, response, abstention=False):
+    kind = 'abstention' if abstention else task
+    return f'{GREETING} [{kind}] Q={question} A={answer} R={response}'
+
+
+if __name__ == '__main__':
+    raise SystemExit('the script part must not run')
+"""
+
+
+def fake_checkout(root: Path, text: str = FAKE_OFFICIAL) -> Path:
+    path = root / OFFICIAL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_official_prompts_come_from_the_users_checkout(tmp_path):
+    path = fake_checkout(tmp_path)
+    prompts = JudgePrompts(official_longmemeval=str(tmp_path))
+    text = prompts.messages("longmemeval", question(), "18 days")[0]["content"]
+    assert text == "Grade this [temporal-reasoning] Q=How many days ago? A=19 days R=18 days"
+    abst = prompts.messages("longmemeval", question(abstention=True), "unknown")[0]["content"]
+    assert abst.startswith("Grade this [abstention]")
+    assert prompts.source("longmemeval") == f"official:{path.resolve()}"
+    assert prompts.source("locomo") == "lazymem"  # LoCoMo keeps our prompt
+    assert prompts.messages("locomo", question(), "x") == JudgePrompts().messages("locomo", question(), "x")
+    version = prompts.version
+    assert version != JudgePrompts().version
+    fake_checkout(tmp_path, FAKE_OFFICIAL.replace("Grade this", "Grade that"))
+    assert JudgePrompts(official_longmemeval=str(tmp_path)).version != version  # the file's hash
+
+
+def test_official_prompts_fail_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"official_src=.*evaluate_qa\.py not found"):
+        JudgePrompts(official_longmemeval=str(tmp_path))
+    fake_checkout(tmp_path, "import openai\n\ndef other():\n    return 1\n")
+    with pytest.raises(ValueError, match=r"defines no get_anscheck_prompt\(\)"):
+        JudgePrompts(official_longmemeval=str(tmp_path))
+
+
+class FakeClient:
+    def __init__(self, reply: str):
+        self.reply, self.calls = reply, []
+        self.cfg = SimpleNamespace(
+            served_name="judge-model", model_id="", decoding=Decoding(temperature=0.0, max_tokens=256)
+        )
+
+    async def chat(self, messages, **kwargs):
+        self.calls.append(kwargs)
+        return SimpleNamespace(text=self.reply, error=None, latency_s=0.01)
+
+
+def compose_paper(*overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return compose("config", overrides=["+experiment=main_table", *overrides])
+
+
+def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
+    cfg = compose_paper()
+    client = FakeClient("Yes")
+    lme = Judge.from_config(client, cfg, cfg.benchmarks.longmemeval)
+    correct, raw, _ = asyncio.run(lme(question(), "19 days"))
+    assert (correct, raw) == (True, "Yes")
+    assert client.calls[-1]["max_tokens"] == 10  # the official script's budget, as a decoding override
+    ident = lme.identity
+    assert ident["style"] == "longmemeval" and ident["prompts"] == "lazymem" and ident["max_tokens"] == 10
+    assert ident["model"] == "judge-model" and "contains 'yes'" in ident["decision_rule"]
+    assert ident["metrics"] == []
+    locomo = Judge.from_config(FakeClient("CORRECT"), cfg, cfg.benchmarks.locomo)
+    assert locomo.style == "locomo" and locomo.identity["metrics"] == ["f1"]
+    assert locomo.identity["max_tokens"] == 256  # null budget: the judge role's own
+    asyncio.run(locomo(question(type="single-hop"), "x"))
+    assert "max_tokens" not in locomo.client.calls[-1]
+    single = question(type="single-hop", answer="a red bicycle")
+    assert locomo.scores(single, "A red bicycle!") == {"f1": 1.0}
+    assert locomo.scores(single, "") == {"f1": 0.0}
+    fake_checkout(tmp_path)
+    cfg = compose_paper(f"judge.longmemeval.official_src={tmp_path}", "judge.style=longmemeval")
+    official = Judge.from_config(FakeClient("no"), cfg, cfg.benchmarks.locomo)  # style override
+    assert official.style == "longmemeval" and official.identity["prompts"].startswith("official:")
+    assert len(official.identity["prompts_sha256"]) == 64
+    line = describe_judge(official.identity)
+    assert "judge-model" in line and "official:" in line and "max_tokens 10" in line
+
+
+@pytest.mark.slow
+def test_cli_runs_record_their_judge_and_score_locomo_f1(tmp_path, locomo_file):
+    common = [
+        "task=evaluate",
+        "method=oracle_turn",
+        "llm.common.model=bundled:smollm2-135m",
+        "llm.common.served_name=smollm2-135m",
+        "llm.common.decoding.max_tokens=32",
+    ]
+    env = {"LAZYMEM_CACHE": str(tmp_path / "cache")}
+    out = run_cli(
+        *common,
+        "data=locomo",
+        f"data.path={locomo_file}",
+        "data.limit=2",
+        f"hydra.run.dir={tmp_path}/locomo",
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "locomo" / "summary.json").read_text())
+    assert summary["judge"]["style"] == "locomo" and summary["judge"]["metrics"] == ["f1"]
+    assert summary["judge"]["model"] == "smollm2-135m" and summary["judge"]["prompts"] == "lazymem"
+    records = [json.loads(x) for x in (tmp_path / "locomo" / "records.jsonl").read_text().splitlines()]
+    f1 = LocomoF1({1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"})
+    for r in records:
+        q = Question(id=r["qid"], type=r["type"], text=r["question"], answer=r["reference"], history_id="h")
+        assert r["scores"]["f1"] == pytest.approx(f1(q, r["answer"]))
+    s = summary["methods"]["oracle_turn"]
+    assert s["f1"] == pytest.approx(sum(r["scores"]["f1"] for r in records) / len(records))
+    assert set(s["f1_by_type"]) == {r["type"] for r in records}
+    results = (tmp_path / "locomo" / "results.md").read_text()
+    assert "## f1" in results and "judge: smollm2-135m, locomo style" in results
+
+    fake_checkout(tmp_path / "LongMemEval")
+    official = f"judge.longmemeval.official_src={tmp_path / 'LongMemEval'}"
+    out = run_cli(*common, official, "data.limit=1", f"hydra.run.dir={tmp_path}/lme", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "lme" / "summary.json").read_text())
+    judge = summary["judge"]
+    assert judge["style"] == "longmemeval" and judge["max_tokens"] == 10 and judge["metrics"] == []
+    assert judge["prompts"] == f"official:{(tmp_path / 'LongMemEval' / OFFICIAL_FILE).resolve()}"
+    records = [json.loads(x) for x in (tmp_path / "lme" / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["correct"] == parse_label("longmemeval", r["judge_raw"]) for r in records)
+    assert "f1" not in summary["methods"]["oracle_turn"]

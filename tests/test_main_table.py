@@ -41,16 +41,32 @@ def _records(method, n_ok, correct, tokens, total):
             "gold_idx": [1],
             "shown": [1],
             "latency_s": {"retrieval": 0.5, "answer": total - 0.5, "judge": 1.0, "total": total},
+            "scores": {"f1": float(i < correct)},
         }
         for i in range(n_ok)
     ]
 
 
+FAILED = {"qid": "qx", "method": "rag_top20", "type": "temporal", "abstention": False, "status": "error"}
+FAILED |= {"error": "answer model call failed", "scores": {"f1": 0.0}}
+JUDGE = {
+    "model": "deepseek-v4-pro",
+    "style": "locomo",
+    "prompts": "lazymem",
+    "prompts_sha256": None,
+    "prompt_version": "v1",
+    "decision_rule": "first CORRECT / WRONG",
+    "temperature": 0.0,
+    "max_tokens": 1024,
+}
+
+
 def test_tables_put_paper_numbers_beside_ours(tmp_path):
     summaries = {
         "locomo": {
+            "judge": JUDGE,
             "methods": {
-                "rag_top20": summarize(_records("rag_top20", 4, 3, 100, 2.0)),
+                "rag_top20": summarize(_records("rag_top20", 4, 3, 100, 2.0) + [FAILED]),
                 "oracle_session": summarize(
                     [
                         {
@@ -63,17 +79,19 @@ def test_tables_put_paper_numbers_beside_ours(tmp_path):
                     ]
                 ),
                 "my_method": summarize(_records("my_method", 2, 1, 50, 4.0)),
-            }
+            },
         },
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
     (tmp_path / "summary.json").write_text(json.dumps(summaries))
     tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}
     assert set(tables) == {"table1_locomo", "table7_memory_tokens", "table8_locomo"}
-    t1 = tables["table1_locomo"]  # method, n judged, errors, temporal, LJ
-    assert "| rag_top20 | 4 | 0 | 0.75 (0.51) | 0.75 (0.67) |" in t1
-    assert "| oracle_session | 0 | 0 | – | – |" in t1  # not applicable on LoCoMo: no number
-    assert "| my_method | 2 | 0 | 0.50 | 0.50 |" in t1  # no paper number
+    t1 = tables["table1_locomo"]  # method, n, judged, errors, temporal, LJ, LJ CI (no records), LJ judged, F1
+    # LJ over all 5 questions (the failed one is wrong), judged-only beside it, token F1 (failed: 0)
+    assert "| rag_top20 | 5 | 4 | 1 | 0.60 (0.51) | 0.60 (0.67) | – | – | 0.75 | 0.60 |" in t1
+    assert "| oracle_session | 0 | 0 | 0 | – | – | – | – | – | – |" in t1  # not applicable on LoCoMo
+    assert "| my_method | 2 | 2 | 0 | 0.50 | 0.50 | – | – | 0.50 | 0.50 |" in t1  # no paper number
+    assert "judge: deepseek-v4-pro, locomo style" in t1
     assert "| rag_top20 | 100 (1658) |" in tables["table7_memory_tokens"]
     assert "| oracle_session | – |" in tables["table7_memory_tokens"]
     assert "| rag_top20 | 2.00 | 2.00 |" in tables["table8_locomo"]  # the paper has LongMemEval only
@@ -150,3 +168,8 @@ def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
     assert summary["longmemeval"]["methods"]["oracle_session"]["ok"] == 1
     md = (tmp_path / "results.md").read_text()
     assert "### Table 1 (longmemeval)" in md and "### Table 7" in md and "### Table 8 (locomo)" in md
+    # each benchmark is scored by its own judge; LoCoMo also by its own token F1
+    assert summary["longmemeval"]["judge"]["max_tokens"] == 10
+    assert summary["locomo"]["judge"]["style"] == "locomo"
+    assert all(s["f1"] is not None for s in summary["locomo"]["methods"].values() if s["questions"])
+    assert "| F1 |" in md.split("### Table 1 (locomo)")[1].split("###")[0]

@@ -74,12 +74,14 @@ RECORDS = [
 ]
 
 
-def test_summary_counts_errors_and_never_scores_them():
+def test_lj_counts_every_question_and_judged_accuracy_stays_beside_it():
     s = summarize(RECORDS)
     assert (s["questions"], s["ok"], s["errors"], s["judged"], s["judge_errors"]) == (6, 5, 1, 4, 1)
-    assert s["accuracy"] == pytest.approx(3 / 4)
-    assert s["accuracy_by_type"] == {"x": 0.5, "y": 1.0}
-    assert s["accuracy_task_averaged"] == pytest.approx(0.75)
+    # LJ as the paper reports it: the failed question f and the unlabelled reply d count as wrong
+    assert s["accuracy"] == pytest.approx(3 / 6)
+    assert s["accuracy_by_type"] == pytest.approx({"x": 1 / 3, "y": 2 / 3})
+    assert s["accuracy_task_averaged"] == pytest.approx(0.5)
+    assert s["accuracy_judged"] == pytest.approx(3 / 4)
     assert s["abstention_accuracy"] == 1.0
     assert s["error_messages"] == {"answer model call failed: 500": 1}
     assert s["memory_tokens"]["mean"] == pytest.approx(16.0)
@@ -109,7 +111,8 @@ def test_results_render_every_method_and_stage():
         "llm": {"answer": {"calls": 7, "cache_hits": 2, "errors": 1}},
     }
     md = render_results(summary)
-    assert "| m | 0.50 | 1.00 | 0.75 | 0.75 | 1.00 | – | 4 | 2 |" in md
+    assert "| m | 0.33 | 0.67 | 0.50 | 0.50 | 1.00 | 0.75 | – | 6 | 4 | 2 |" in md
+    assert "judge: not recorded" in md and "## f1" not in md
     assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md
     assert "0.600" in md  # gate format rate
 
@@ -119,3 +122,38 @@ def test_latency_statistics_pool_every_timed_run():
     r["latency_runs"] = [{"answer": 1.0, "total": 1.0}, {"answer": 3.0, "total": 3.0}]
     s = summarize([r, rec("b", "x", True)])  # b has one run: answer 2.0
     assert s["latency_s"]["answer"]["n"] == 3 and s["latency_s"]["answer"]["mean"] == pytest.approx(2.0)
+
+
+def test_model_free_scores_cover_every_question_and_render_beside_the_judge():
+    records = [rec("a", "x", True), rec("b", "x", False), rec("c", "y", True)]
+    records.append(rec("d", "y", None, status="error"))
+    for r, f1 in zip(records, (1.0, 0.5, 0.25, 0.0), strict=True):  # the failed d: its empty answer's 0
+        r["scores"] = {"f1": f1}
+    s = summarize(records + [rec("e", "z", True)])  # e: no metric applies (no scores)
+    assert s["f1"] == pytest.approx(1.75 / 4)
+    assert s["f1_by_type"] == pytest.approx({"x": 0.75, "y": 0.125})
+    judge = {
+        "model": "deepseek-v4-pro",
+        "style": "locomo",
+        "prompts": "lazymem",
+        "prompts_sha256": None,
+        "prompt_version": "abc",
+        "decision_rule": "first CORRECT",
+        "temperature": 0.0,
+        "max_tokens": 1024,
+    }
+    md = render_results({"dataset": "locomo", "judge": judge, "methods": {"m": s}})
+    assert "judge: deepseek-v4-pro, locomo style, prompts lazymem version abc" in md
+    assert "| method | x | y | overall |" in md and "| m | 0.75 | 0.12 | 0.44 |" in md
+
+
+def test_results_tables_stay_well_formed_when_no_question_succeeded():
+    failed = [rec("q1", "single-hop", None, status="error"), rec("q2", "temporal", None, status="error")]
+    md = render_results({"dataset": "locomo", "methods": {"m": summarize(failed)}})
+    table = [line for line in md.split("## Memory")[0].splitlines() if line.startswith("|")]
+    widths = {line.count("|") for line in table}
+    assert len(table) == 3 and len(widths) == 1  # header, rule and row have the same number of cells
+    assert "| m | 0.00 |" in md and "||" not in md  # LJ counts both failures as wrong
+    empty = render_results({"dataset": "x", "methods": {"none": summarize([])}})  # no per-type columns
+    rows = [line for line in empty.split("## Memory")[0].splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in rows}) == 1 and "|  |" not in empty

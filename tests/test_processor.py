@@ -93,3 +93,25 @@ def test_all_windows_of_a_question_are_sent():
     assert [r.window.idx for r in results] == [(1, 2, 3), (8, 9, 10)] and len(client.calls) == 2
     with pytest.raises(ValueError):
         InvalidPolicy(fallback="keep-everything")
+
+
+PAPER = InvalidPolicy(salvage=False, retries=0, fallback="none", structured=False)
+
+
+def test_paper_policy_decodes_freely_and_an_invalid_window_contributes_nothing():
+    client = Scripted("```json\n" + valid(3) + "\n```")
+    (w,) = run(client, PAPER)
+    assert client.calls[0]["response_format"] is None  # no schema-constrained decoding
+    assert w.outcome == "invalid" and w.decisions is None and w.calls == 1  # no salvage, no retry
+    assert w.to_record()["decisions"] is None and w.format_ok is False
+    (ok,) = run(Scripted(valid(3, keep={2})), PAPER)
+    assert ok.outcome == "gate_ok" and ok.format_ok and ok.decisions[2].content == "m2"
+
+
+def test_format_ok_is_table3s_looser_check_beside_the_strict_gate():
+    # a blank KEEP fails the strict gate (empty_keep) but is still one decision per message
+    loose = json.dumps([{"op": "KEEP", "compressed_content": " ", "reason": "r"}] + [{"op": "DROP"}] * 2)
+    (w,) = run(Scripted(loose), PAPER)
+    assert w.gate_error is not None and w.format_ok is True and w.outcome == "invalid"
+    (short,) = run(Scripted(valid(2)), PAPER)
+    assert short.gate_error == "wrong_count" and short.format_ok is False

@@ -133,10 +133,13 @@ def test_tables_put_paper_numbers_beside_ours(sweep):
         "table8_longmemeval",
     }
     t1 = tables["table1_longmemeval"].markdown()
-    assert "| 1 | lazymem_4b | 2 | 0 | 1.00 (0.94) | 1.00 (0.67) | 1.00 (0.85) |" in t1
+    # run, method, n, judged, errors, types, LJ (paper), LJ 95% CI low/high, LJ judged
+    row = "| 1 | lazymem_4b | 2 | 2 | 0 | 1.00 (0.94) | 1.00 (0.67) | 1.00 (0.85) | 1.00 | 1.00 | 1.00 |"
+    assert row in t1
     t2 = tables["table2_radius"].markdown()
-    assert "| longmemeval | lazymem_4b | 0 | 0 | 0.50 (0.77) | 0.500 (0.950) |" in t2
-    assert "| longmemeval | lazymem_4b | 1 | 1 | 1.00 (0.82) | 1.000 (0.970) |" in t2
+    # benchmark, method, w, run, LJ (paper), ΔLJ vs w=0 with its paired 95% CI (blank on w=0), All@50 (paper)
+    assert "| longmemeval | lazymem_4b | 0 | 0 | 0.50 (0.77) | – | – | – | 0.500 (0.950) |" in t2
+    assert "| longmemeval | lazymem_4b | 1 | 1 | 1.00 (0.82) | 0.50 | 0.00 | 1.00 | 1.000 (0.970) |" in t2
     assert "rag_top50" not in t2  # no windows: not part of the radius ablation
     assert "210 (213)" in tables["table7_memory_tokens"].markdown()
     assert "42.00 (40.86)" in tables["table8_longmemeval"].markdown()
@@ -156,7 +159,9 @@ def test_single_w_has_no_table2_and_stage_label_makes_table3(tmp_path):
     tables = {t.key: t for t in build_tables(rows(load_runs([tmp_path])))}
     assert "table2_radius" not in tables
     t3 = tables["table3_longmemeval"].markdown()
-    assert "| sft | lazymem_4b | a | 1.00 (0.94) | 1.00 (0.56) | 1.000 (0.963) | 1.00 (0.73) |" in t3
+    assert "| sft | lazymem_4b | a | 1.00 (0.94) | 1.00 (0.56) |" in t3
+    assert "| 1.00 (0.73) | – | – | – |" in t3  # sft, the first stage: the reference of ΔLJ
+    assert "| 1.00 (0.85) | 0.00 | 0.00 | 0.00 |" in t3  # rl answers as sft did: Δ 0, CI [0, 0]
     paths = make_plots(rows(load_runs([tmp_path])), load_references(), tmp_path)
     assert "accuracy_by_stage.png" in [p.name for p in paths]
 

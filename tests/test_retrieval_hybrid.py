@@ -173,3 +173,40 @@ def test_search_shortcut_and_n_override(tmp_path):
 def test_needs_a_retriever():
     with pytest.raises(ValueError):
         HybridRetriever({"bm25": None})
+
+
+class SlowRetriever(FixedRetriever):
+    """Sleeps in search and notes the threads it ran on, so concurrency shows in the timings."""
+
+    def __init__(self, order, seconds, threads):
+        super().__init__(order)
+        self.seconds, self.threads = seconds, threads
+
+    def search(self, query, k=None):
+        import threading
+        import time
+
+        self.threads.add(threading.get_ident())
+        time.sleep(self.seconds)
+        return super().search(query, k)
+
+
+def test_parallel_retrievers_give_the_same_result_in_the_wall_time_of_the_slowest():
+    h = history()
+    results = {}
+    for parallel in (False, True):
+        threads: set[int] = set()
+        retriever = HybridRetriever(
+            {
+                "bm25": SlowRetriever([0, 1, 2, 3, 4, 5], 0.3, threads),
+                "dense": SlowRetriever([5, 4, 3, 2, 1, 0], 0.3, threads),
+            },
+            n=4,
+            parallel=parallel,
+        )
+        results[parallel] = (retriever.search(h, "q"), len(threads))
+    (seq, seq_threads), (par, par_threads) = results[False], results[True]
+    assert par.indices == seq.indices and par.ranked == seq.ranked
+    assert seq_threads == 1 and par_threads == 2
+    assert seq.timings["total"] >= 0.6 and par.timings["total"] < 0.55  # total is wall-clock time
+    assert min(par.timings["bm25"], par.timings["dense"]) >= 0.3  # each stage keeps its own time

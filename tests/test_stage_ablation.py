@@ -34,8 +34,7 @@ def test_the_sweep_is_defined_in_the_experiment():
 
 def test_a_stage_without_a_checkpoint_stops_before_starting(tmp_path):
     r = run_cli(
-        "+experiment=stage_ablation",
-        "llm=cpu",
+        "+experiment=stage_ablation_cpu",
         "stage=rl",
         f"hydra.run.dir={tmp_path}",
         env={"LAZYMEM_RL_MODEL": None},
@@ -51,12 +50,9 @@ def test_stage_sweep_on_cpu_and_table3(tmp_path):
     sweep = tmp_path / "sweep"
     out = run_cli(
         "-m",
-        "+experiment=stage_ablation",
-        "llm=cpu",
+        "+experiment=stage_ablation_cpu",
         "retrieval=bm25",
         "stage=base,sft",
-        "stages.base=bundled:smollm2-135m",
-        "stages.sft=bundled:qwen2.5-0.5b",
         "data.loader.per_type=1",
         "data.limit=1",
         "retrieval.n=3",

@@ -33,7 +33,7 @@ def test_radius_sweep_on_ray_and_its_report(tmp_path):
     out = run_cli(
         "-m",
         "+launcher=ray_local",
-        "+experiment=radius_ablation",
+        "+experiment=radius_ablation_cpu",
         "w=0,1",
         "llm.common.model=bundled:smollm2-135m",
         "llm.common.served_name=smollm2-135m",

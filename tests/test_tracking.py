@@ -204,6 +204,16 @@ def test_summary_is_flattened_per_method_type_and_stage():
     assert both["synthetic/rag/latency/total/p95"] == 1.5
 
 
+def test_model_free_metrics_and_the_judge_are_flattened_like_accuracy():
+    summary = _summary()
+    summary["methods"]["lazymem"] |= {"f1": 0.4, "f1_by_type": {"temporal": 0.25, "single-hop": None}}
+    summary["judge"] = {"model": "deepseek-v4-pro", "max_tokens": 10, "metrics": ["f1"]}
+    flat = tracking.flatten_summary(summary)
+    assert flat["lazymem/f1"] == 0.4 and flat["lazymem/by_type/temporal/f1"] == 0.25
+    assert "lazymem/by_type/single-hop/f1" not in flat and not any("f1_by_type" in k for k in flat)
+    assert flat["judge/model"] == "deepseek-v4-pro" and flat["judge/max_tokens"] == 10
+
+
 def test_record_rows_are_a_fixed_column_subset_with_clipped_text():
     rows = tracking.record_rows(RECORDS, max_records=3)
     assert len(rows) == 3 and all(len(r) == len(tracking.RECORD_COLUMNS) for r in rows)

@@ -141,6 +141,22 @@ def check_decisions(text: str, n: int) -> GateResult:
     return check_items(value, n)
 
 
+def decision_array_ok(text: str, n: int) -> bool:
+    """Table 3's "Gate Fmt." of the paper: the final text parses as one JSON array holding exactly one
+    decision (an object whose op is KEEP or DROP) per input message. Structural compliance only: looser
+    than `check_decisions`, which also checks the fields, their types and the KEEP/DROP content rules."""
+    _, final = split_thinking(text or "")
+    try:
+        value = json.loads(final)
+    except json.JSONDecodeError:
+        return False
+    return (
+        isinstance(value, list)
+        and len(value) == n
+        and all(isinstance(item, dict) and item.get("op") in OPS for item in value)
+    )
+
+
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?|```")
 
 

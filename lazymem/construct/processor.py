@@ -1,10 +1,12 @@
 """The memory-processing model: one call per (question, window), all windows of a question at once.
 
 Each reply goes through the format gate (`check_decisions`). What happens to a window whose reply fails
-the gate is the configured policy, applied in this order and counted per window:
+the gate is the configured policy (conf/construct/), applied in this order and counted per window:
   1. `salvage`: strip fences / take the first JSON array and check again (`salvage_decisions`);
   2. `retries`: ask again, `retries` times, with a new sample index at `retry_temperature`;
-  3. `fallback`: `raw` keeps every message of the window verbatim, `drop` keeps none.
+  3. `fallback`: `none` (the paper) lets the window contribute nothing, `raw` keeps every message of the
+     window verbatim, `drop` decides DROP for each.
+`structured` asks the server for JSON-schema-constrained decoding (our addition; the paper decodes freely).
 A call that still fails at the API level after the client's retries is an error for the whole question.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from lazymem.construct.decisions import (
     Decision,
     check_decisions,
+    decision_array_ok,
     decision_schema,
     salvage_decisions,
     split_thinking,
@@ -26,7 +29,7 @@ from lazymem.data.schema import Message
 from lazymem.llm.client import json_schema_format
 from lazymem.prompts import Template
 
-FALLBACKS = ("raw", "drop")
+FALLBACKS = ("none", "raw", "drop")
 
 
 class StageError(RuntimeError):
@@ -39,6 +42,7 @@ class InvalidPolicy:
     retries: int = 1
     retry_temperature: float = 0.7
     fallback: str = "raw"
+    structured: bool = True
 
     def __post_init__(self):
         if self.fallback not in FALLBACKS:
@@ -48,9 +52,10 @@ class InvalidPolicy:
 @dataclass
 class WindowResult:
     window: Window
-    decisions: list[Decision]
-    outcome: str  # gate_ok | salvaged | retried | fallback
+    decisions: list[Decision] | None  # None: the window contributes nothing
+    outcome: str  # gate_ok | salvaged | retried | fallback | invalid (fallback none)
     gate_error: str | None  # the first reply's gate error (None when it passed)
+    format_ok: bool  # the first reply passes Table 3's structural format check (`decision_array_ok`)
     raw: str  # the first reply, final text
     thinking: str
     calls: int
@@ -64,7 +69,8 @@ class WindowResult:
             "core": list(self.window.core),
             "outcome": self.outcome,
             "gate_error": self.gate_error,
-            "decisions": [[d.op, d.content, d.reason] for d in self.decisions],
+            "format_ok": self.format_ok,
+            "decisions": self._decisions_record(),
             "raw": self.raw,
             "thinking": self.thinking,
             "calls": self.calls,
@@ -72,6 +78,9 @@ class WindowResult:
             "latency_s": round(self.latency_s, 4),
             "tokens": self.tokens,
         }
+
+    def _decisions_record(self) -> list | None:
+        return None if self.decisions is None else [[d.op, d.content, d.reason] for d in self.decisions]
 
 
 class MemoryProcessor:
@@ -98,7 +107,9 @@ class MemoryProcessor:
     async def _window(self, question_text, query_time, window: Window, messages) -> WindowResult:
         n = len(window)
         chat = self.prompt(question_text, query_time, window, messages)
-        fmt = json_schema_format(decision_schema(n), name="window_decisions")
+        fmt = None  # free decoding, as in the paper
+        if self.policy.structured:
+            fmt = json_schema_format(decision_schema(n), name="window_decisions")
         calls, latency, cached, tokens = 0, 0.0, 0, {"prompt": 0, "completion": 0}
 
         async def ask(sample: int, **decoding):
@@ -129,6 +140,7 @@ class MemoryProcessor:
                 decisions,
                 outcome,
                 None if gate.ok else gate.error,
+                decision_array_ok(first.text, n),
                 final,
                 thinking,
                 calls,
@@ -150,6 +162,8 @@ class MemoryProcessor:
                 retry = salvage_decisions(again.text, n)
             if retry.ok:
                 return result(retry.decisions, "retried")
+        if self.policy.fallback == "none":
+            return result(None, "invalid")
         if self.policy.fallback == "raw":
             keep = [Decision("KEEP", messages[i].text, "fallback: raw window") for i in window.idx]
         else:

@@ -1,65 +1,132 @@
 """The LLM judge: correct / incorrect against the reference, with the raw judge text kept.
 
-Two styles, after each benchmark's official harness:
+Two styles, one per benchmark (each data config names its own under `judge:`):
 - `longmemeval`: a yes/no question whose rule depends on the question type (off-by-one day counts
   tolerated for temporal reasoning, updated value required for knowledge updates, rubric grading for
-  preference questions, "not available" required for abstention questions).
-- `locomo`: generous CORRECT/WRONG grading; any date format that names the same date counts.
-A judge reply with no recognisable label is a judge error (counted), never a silent "incorrect".
+  preference questions, "not available" required for abstention questions). The decision rule is the
+  official script's: a reply is correct when it contains "yes" (any case). The prompts are ours, or the
+  official ones built at run time from the user's own checkout of the LongMemEval repository
+  (`judge.longmemeval.official_src`); no third-party prompt text ships with this package.
+- `locomo`: generous CORRECT/WRONG grading; any date format that names the same date counts. A reply
+  with no recognisable label is a judge error (counted), never a silent "incorrect". LoCoMo's own
+  evaluation has no LLM judge (its metric is token F1, lazymem/eval/f1.py, computed beside it).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
 import re
-from dataclasses import dataclass
+from pathlib import Path
 
 from lazymem.construct.decisions import split_thinking
 from lazymem.data.schema import Question
 from lazymem.prompts import load, load_json
 
 STYLES = ("longmemeval", "locomo")
-_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 _CORRECT_WRONG = re.compile(r"\b(correct|wrong|incorrect)\b", re.IGNORECASE)
+# How a judge reply becomes a label, per style (written into every summary).
+DECISION_RULES = {
+    "longmemeval": "correct iff the reply contains 'yes', any case (LongMemEval's evaluate_qa.py)",
+    "locomo": "first CORRECT / WRONG / INCORRECT in the reply; none = judge error",
+}
+# Where LongMemEval's own judge prompts live in a checkout of its repository, and their builder.
+OFFICIAL_FILE = "src/evaluation/evaluate_qa.py"
+OFFICIAL_FUNCTION = "get_anscheck_prompt"
 
 
-@dataclass(frozen=True)
-class Verdict:
-    correct: bool | None  # None when the judge call failed or its reply had no label
-    raw: str
-    error: str | None = None
+def style_for(declared: str | None, override: str | None = None) -> str:
+    """The judge style: `override` (judge.style) if set, else the benchmark's own (data config `judge`)."""
+    style = override or declared
+    if style is None:
+        raise ValueError(
+            "the data config names no judge: add `judge: longmemeval` or `judge: locomo` to it "
+            "(or set judge.style)"
+        )
+    if style not in STYLES:
+        raise ValueError(f"judge style {style!r} not in {STYLES}")
+    return style
 
 
-def style_for(dataset_name: str, style: str = "auto") -> str:
-    if style != "auto":
-        if style not in STYLES:
-            raise ValueError(f"judge style {style!r} not in {STYLES}")
-        return style
-    return "locomo" if dataset_name == "locomo" else "longmemeval"
+def load_official(src: str):
+    """LongMemEval's prompt builder from the user's checkout at `src`, and the sha256 of its file.
+
+    Only the builder function (and plain constants) of evaluate_qa.py are executed, so the script's
+    top-level imports (openai, backoff, tqdm) and its main block never run.
+    """
+    path = Path(src).expanduser() / OFFICIAL_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"judge.longmemeval.official_src={src}: {path} not found; point it at a checkout of "
+            "https://github.com/xiaowu0162/LongMemEval"
+        )
+    data = path.read_bytes()
+    tree = ast.parse(data, filename=str(path))
+    body = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == OFFICIAL_FUNCTION:
+            node.decorator_list = []
+            body.append(node)
+        elif isinstance(node, ast.Assign) and _literal(node.value):
+            body.append(node)
+    if not any(isinstance(n, ast.FunctionDef) for n in body):
+        raise ValueError(f"judge.longmemeval.official_src={src}: {path} defines no {OFFICIAL_FUNCTION}()")
+    spec = importlib.util.spec_from_loader("lazymem_official_longmemeval", loader=None, origin=str(path))
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(path)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    return getattr(module, OFFICIAL_FUNCTION), hashlib.sha256(data).hexdigest()
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
 
 
 class JudgePrompts:
-    """The judge's templates, loaded once (each overridable by path)."""
+    """The judge's templates, loaded once (each overridable by path).
+
+    With `official_longmemeval` (a checkout of the LongMemEval repository) the `longmemeval` style's
+    prompts come from that checkout's own builder instead of our templates.
+    """
 
     def __init__(
         self,
         longmemeval: str = "judge_longmemeval",
         rules: str = "judge_longmemeval_rules",
         locomo: str = "judge_locomo",
+        official_longmemeval: str | None = None,
     ):
         self.longmemeval = load(longmemeval)
         self.rules = load_json(rules)
         self.locomo = load(locomo)
+        self.official = self.official_sha256 = self.official_path = None
+        if official_longmemeval:
+            self.official, self.official_sha256 = load_official(official_longmemeval)
+            self.official_path = str(Path(official_longmemeval).expanduser().resolve() / OFFICIAL_FILE)
 
     @property
     def version(self) -> str:
         rules = hashlib.sha256(json.dumps(self.rules, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.longmemeval.version}-{self.locomo.version}-{rules}"
+        ours = f"{self.longmemeval.version}-{self.locomo.version}-{rules}"
+        return f"official-{self.official_sha256[:12]}-{self.locomo.version}" if self.official else ours
+
+    def source(self, style: str) -> str:
+        """Where this style's prompts come from: `official:<file>` or `lazymem` (our own words)."""
+        return f"official:{self.official_path}" if style == "longmemeval" and self.official else "lazymem"
 
     def messages(self, style: str, question: Question, response: str) -> list[dict]:
         if style == "locomo":
             text = self.locomo.format(question=question.text, answer=question.answer, response=response)
+        elif self.official:
+            text = self.official(
+                question.type, question.text, question.answer, response, abstention=question.abstention
+            )
         else:
             key = "abstention" if question.abstention else question.type
             rule = self.rules.get(key, self.rules["default"])
@@ -70,13 +137,31 @@ class JudgePrompts:
 
 
 def parse_label(style: str, text: str) -> bool | None:
-    """The judge's label: the first yes/no (CORRECT/WRONG) after any thinking; None if there is none."""
+    """The judge's label from the reply after any thinking (see DECISION_RULES).
+
+    LongMemEval's rule always gives a label (no "yes" = incorrect); LoCoMo's is None without a label.
+    """
     _, final = split_thinking(text or "")
-    pattern = _CORRECT_WRONG if style == "locomo" else _YES_NO
-    match = pattern.search(final)
+    if style == "longmemeval":
+        return "yes" in final.strip().lower()
+    match = _CORRECT_WRONG.search(final)
     if not match:
         return None
-    return match.group(1).lower() in ("yes", "correct")
+    return match.group(1).lower() == "correct"
+
+
+def describe_judge(identity: dict | None) -> str:
+    """One line naming the judge of a summary (for table captions)."""
+    if not identity:
+        return "judge: not recorded"
+    prompts = identity["prompts"]
+    if prompts.startswith("official:"):
+        prompts = f"{prompts} (sha256 {identity['prompts_sha256'][:12]})"
+    return (
+        f"judge: {identity['model']}, {identity['style']} style, prompts {prompts} "
+        f"version {identity['prompt_version']}, temperature {identity['temperature']}, "
+        f"max_tokens {identity['max_tokens']}; rule: {identity['decision_rule']}"
+    )
 
 
 def contains_reference(question: Question, answer: str) -> bool | None:

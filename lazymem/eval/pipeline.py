@@ -9,10 +9,13 @@ from __future__ import annotations
 import time
 import traceback
 
+from hydra.utils import instantiate
+
+from lazymem import interrupt
 from lazymem.construct.decisions import split_thinking
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
-from lazymem.eval.judge import JudgePrompts, contains_reference, parse_label
+from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label, style_for
 from lazymem.methods.base import Context, Memory, NotApplicable, query_time
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
@@ -23,13 +26,17 @@ class Answerer:
         self.client, self.system = client, system
         self.templates = {"compressed": compressed, "raw": raw}
 
-    async def __call__(self, question: Question, history: History, memory: Memory):
-        template = self.templates[memory.style]
-        user = template.format(
+    def messages(self, question: Question, history: History, memory: Memory) -> list[dict]:
+        """The answer model's input: the system prompt and the memory style's user prompt."""
+        user = self.templates[memory.style].format(
             query=question.text, query_time=query_time(question, history), memory=memory.text or "(no memory)"
         )
-        chat = [{"role": "system", "content": self.system.text.strip()}, {"role": "user", "content": user}]
-        reply = await self.client.chat(chat, prompt_version=f"{self.system.version}-{template.version}")
+        return [{"role": "system", "content": self.system.text.strip()}, {"role": "user", "content": user}]
+
+    async def __call__(self, question: Question, history: History, memory: Memory):
+        chat = self.messages(question, history, memory)
+        version = f"{self.system.version}-{self.templates[memory.style].version}"
+        reply = await self.client.chat(chat, prompt_version=version)
         if reply.error:
             raise StageError(f"answer model call failed: {reply.error}")
         thinking, final = split_thinking(reply.text)
@@ -37,20 +44,58 @@ class Answerer:
 
 
 class Judge:
-    def __init__(self, client, prompts: JudgePrompts, style: str):
+    """One benchmark's LLM judge and its model-free metrics (e.g. LoCoMo's token F1)."""
+
+    def __init__(self, client, prompts: JudgePrompts, style: str, max_tokens=None, metrics=None):
         self.client, self.prompts, self.style = client, prompts, style
+        self.max_tokens = max_tokens  # this style's output budget, a decoding override; None = the role's
+        self.metrics = dict(metrics or {})  # name -> callable(question, answer) -> float | None
+
+    @classmethod
+    def from_config(cls, client, cfg, data) -> Judge:
+        """The judge a benchmark's data config declares (`judge`, `metrics`), set up by cfg.judge."""
+        style = style_for(data.get("judge"), cfg.judge.get("style"))
+        options = cfg.judge.get(style) or {}
+        p = cfg.prompts
+        official = options.get("official_src")
+        prompts = JudgePrompts(p.judge_longmemeval, p.judge_rules, p.judge_locomo, official)
+        metrics = {name: instantiate(spec) for name, spec in (data.get("metrics") or {}).items()}
+        return cls(client, prompts, style, options.get("max_tokens"), metrics)
+
+    @property
+    def identity(self) -> dict:
+        """Who judged and how: written into every summary and named in the results' captions."""
+        cfg = self.client.cfg
+        return {
+            "model": cfg.served_name,
+            "model_id": cfg.model_id or None,
+            "style": self.style,
+            "prompts": self.prompts.source(self.style),
+            "prompts_sha256": self.prompts.official_sha256 if self.style == "longmemeval" else None,
+            "prompt_version": self.prompts.version,
+            "decision_rule": DECISION_RULES[self.style],
+            "temperature": cfg.decoding.temperature,
+            "max_tokens": cfg.decoding.max_tokens if self.max_tokens is None else self.max_tokens,
+            "metrics": sorted(self.metrics),
+        }
 
     async def __call__(self, question: Question, answer: str):
         chat = self.prompts.messages(self.style, question, answer)
-        reply = await self.client.chat(chat, prompt_version=self.prompts.version)
+        budget = {} if self.max_tokens is None else {"max_tokens": int(self.max_tokens)}
+        reply = await self.client.chat(chat, prompt_version=self.prompts.version, **budget)
         if reply.error:
             raise StageError(f"judge call failed: {reply.error}")
         return parse_label(self.style, reply.text), reply.text, reply.latency_s
 
+    def scores(self, question: Question, answer: str) -> dict:
+        """The model-free metrics of one answer; a failed question is scored with an empty answer."""
+        return {name: metric(question, answer) for name, metric in self.metrics.items()}
+
 
 async def evaluate_question(
-    question: Question, history: History, method, ctx: Context, answerer: Answerer, judge: Judge
+    question: Question, history: History, method, ctx: Context, answerer: Answerer, judge: Judge | None
 ) -> dict:
+    """The record of one question; `judge=None` (warm-up and re-timing passes) leaves it unjudged."""
     record = {
         "qid": question.id,
         "method": method.name,
@@ -60,7 +105,12 @@ async def evaluate_question(
         "reference": question.answer,
         "query_time": query_time(question, history),
         "gold_idx": list(question.gold_idx),
+        # model-free metrics; a failed question keeps those of an empty answer (it counts as wrong)
+        "scores": judge.scores(question, "") if judge else {},
     }
+    interrupt.check()  # between questions: a signal stops the run even if its exception was swallowed
+    if ctx.llms is not None and hasattr(ctx.llms, "revive"):
+        ctx.llms.revive()  # a dead server restarts (once); dying again raises ServerDied and ends the run
     t0 = time.perf_counter()
     try:
         memory = await method.build(question, history, ctx)
@@ -74,7 +124,9 @@ async def evaluate_question(
         t1 = time.perf_counter()
         answer, thinking, _ = await answerer(question, history, memory)
         t2 = time.perf_counter()
-        correct, judge_raw, _ = await judge(question, answer)
+        correct, judge_raw = None, None
+        if judge is not None:
+            correct, judge_raw, _ = await judge(question, answer)
         t3 = time.perf_counter()
     except NotApplicable as e:
         return record | {"status": "not_applicable", "error": str(e)}
@@ -94,6 +146,7 @@ async def evaluate_question(
         answer_thinking=thinking,
         correct=correct,
         judge_raw=judge_raw,
+        scores=judge.scores(question, answer) if judge else {},
         contains_reference=contains_reference(question, answer),
         latency_s={k: round(v, 4) for k, v in latency.items()},
         build_s=round(t1 - t0, 4),

@@ -2,6 +2,30 @@
 
 from __future__ import annotations
 
+from lazymem.eval.judge import describe_judge
+
+
+def _metrics(methods: dict) -> list[str]:
+    """The model-free metrics in the summaries (e.g. LoCoMo's f1), by their `<name>_by_type` keys."""
+    names = {k.removesuffix("_by_type") for s in methods.values() for k in s if k.endswith("_by_type")}
+    return sorted(names - {"accuracy"})
+
+
+def _metric_table(metric: str, methods: dict) -> list[str]:
+    types = sorted({t for s in methods.values() for t in s.get(f"{metric}_by_type") or {}})
+    lines = ["", f"## {metric} (model-free, every question; a failed question scores as an empty answer)", ""]
+    lines.append(_row(["method", *types, "overall"]))
+    lines.append("|---|" + "---:|" * (len(types) + 1))
+    for name, s in methods.items():
+        by_type = s.get(f"{metric}_by_type") or {}
+        lines.append(_row([name, *(_f(by_type.get(t)) for t in types), _f(s.get(metric))]))
+    return lines
+
+
+def _row(cells) -> str:
+    """One Markdown table row; right for any number of cells, none of the per-type ones included."""
+    return "| " + " | ".join(cells) + " |"
+
 
 def _f(x, digits=2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
@@ -12,33 +36,34 @@ def render_results(summary: dict) -> str:
     types = sorted({t for s in methods.values() for t in s["accuracy_by_type"]})
     lines = [f"## Accuracy ({summary.get('dataset')})", ""]
     lines.append(
-        "LLM-judge accuracy; `contains ref`: share of short factual answers containing the reference."
+        "LJ: LLM-judge accuracy over all n questions (a failed question or a judge reply without a label "
+        "counts as wrong); LJ judged: over the judged questions only; errors: failed questions plus "
+        "unlabelled judge replies; `contains ref`: share of short factual answers containing the reference."
     )
-    lines.append("")
-    lines.append(
-        "| method | " + " | ".join(types) + " | overall | task-avg | abstention | contains ref | n | errors |"
-    )
-    lines.append("|---|" + "---:|" * (len(types) + 6))
+    lines += ["", describe_judge(summary.get("judge")) + ".", ""]
+    overall = ["LJ", "task-avg", "abstention", "LJ judged", "contains ref", "n", "judged", "errors"]
+    lines.append(_row(["method", *types, *overall]))
+    lines.append("|---|" + "---:|" * (len(types) + len(overall)))
     for name, s in methods.items():
         cells = [_f(s["accuracy_by_type"].get(t)) for t in types]
-        lines.append(
-            f"| {name} | "
-            + " | ".join(cells)
-            + f" | {_f(s['accuracy'])} | {_f(s['accuracy_task_averaged'])} | "
-            f"{_f(s['abstention_accuracy'])} | {_f(s.get('contains_reference'))} | {s['judged']} | "
-            f"{s['errors'] + s['judge_errors']} |"
-        )
+        cells += [_f(s["accuracy"]), _f(s["accuracy_task_averaged"]), _f(s["abstention_accuracy"])]
+        cells += [_f(s.get("accuracy_judged")), _f(s.get("contains_reference"))]
+        cells += [str(s["questions"]), str(s["judged"]), str(s["errors"] + s["judge_errors"])]
+        lines.append(_row([name, *cells]))
+    for metric in _metrics(methods):
+        lines += _metric_table(metric, methods)
     lines += ["", "## Memory and construction", ""]
     lines.append(
-        "| method | memory tokens (mean) | gold in memory | windows | gate format | gold kept | "
-        "non-gold dropped |"
+        "| method | memory tokens (mean) | gold in memory | windows | format (Table 3) | strict gate | "
+        "gold kept | non-gold dropped |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, s in methods.items():
         c = s["construction"]
         lines.append(
             f"| {name} | {_f(s['memory_tokens']['mean'], 0)} | {_f(s['gold_recall_in_memory'])} | "
-            f"{s['windows']} | {_f(s['gate_format_rate'], 3)} | {_f(c['gold_kept'])} | "
+            f"{s['windows']} | {_f(s.get('format_rate_table3'), 3)} | {_f(s['gate_format_rate'], 3)} | "
+            f"{_f(c['gold_kept'])} | "
             f"{_f(c['nongold_dropped'])} |"
         )
     lines += ["", "## Latency (s): mean / median / p90 / p95", ""]

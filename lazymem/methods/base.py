@@ -50,6 +50,11 @@ class Context:
         self.dataset_name = dataset_name  # lets a method decline a benchmark it is not defined for
         self._searches: dict[tuple[str, str], tuple[SearchResult, float]] = {}
 
+    def new_pass(self) -> None:
+        """Forget the retrieval results of earlier passes (latency protocol: every pass searches anew).
+        The per-history indexes stay: they are the stored memory, built before any question is timed."""
+        self._searches.clear()
+
     def search(self, question: Question, history: History, n: int) -> tuple[SearchResult, float]:
         """The top-n retrieved messages and the seconds that retrieval took (index build excluded)."""
         if self.retriever is None:

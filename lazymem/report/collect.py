@@ -150,6 +150,16 @@ def all_at_n(run: Run, bench: str, method: str, w: int | None, summary: dict) ->
     return summary.get("all_gold_in_memory"), "memory"
 
 
+def correct_by_question(run: Run, bench: str, method: str) -> dict[str, bool]:
+    """qid -> judged correct, over every question the method applies to (a failed one counts as wrong,
+    as LJ does); the input of the tables' bootstrap intervals."""
+    return {
+        r["qid"]: r.get("correct") is True
+        for r in run.records.get(bench, [])
+        if r.get("method") == method and r.get("status") != "not_applicable"
+    }
+
+
 def rows(runs: list[Run]) -> list[dict]:
     """One flat row per (run, benchmark, method) with the numbers the tables and plots use."""
     out = []
@@ -174,10 +184,15 @@ def rows(runs: list[Run]) -> list[dict]:
                         "errors": s.get("errors"),
                         "not_applicable": bool(s.get("not_applicable")) and not s.get("ok"),
                         "accuracy": s.get("accuracy"),
+                        "accuracy_judged": s.get("accuracy_judged"),
+                        "f1": s.get("f1"),
+                        "judge": summary.get("judge"),
                         "accuracy_by_type": s.get("accuracy_by_type") or {},
+                        "correct": correct_by_question(run, bench, method),
                         "memory_tokens": s.get("memory_tokens") or {},
                         "latency_s": lat,
                         "gate_format_rate": s.get("gate_format_rate"),
+                        "format_rate_table3": s.get("format_rate_table3"),
                         "windows": s.get("windows") or 0,
                         "all_at_n": cover,
                         "all_at_n_source": source,

@@ -14,6 +14,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lazymem.eval.judge import describe_judge
+from lazymem.stats import bootstrap_ci, paired_bootstrap
+
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 STAGES = ("total", "retrieval", "processing", "answer")
 STATS = ("mean", "median", "p90", "p95")
@@ -21,9 +24,9 @@ STAGE_ORDER = ("base", "sft", "rl")
 
 
 def load_references() -> dict:
-    """Paper numbers of Tables 1, 7, 8 (main table), 2 (radius) and 3 (training stages)."""
+    """Paper numbers of Tables 1, 7, 8 (main table), 2 (radius), 3 (training stages), 5/6, 11 and 12."""
     ref = json.loads((EXPERIMENTS / "main_table" / "paper.json").read_text())
-    for sub in ("radius_ablation", "stage_ablation"):
+    for sub in ("radius_ablation", "stage_ablation", "nanomemory_depth", "reward_rollouts", "perturbation"):
         path = EXPERIMENTS / sub / "paper.json"
         if path.is_file():
             ref.update({k: v for k, v in json.loads(path.read_text()).items() if k.startswith("table")})
@@ -89,6 +92,23 @@ def _ref_name(method: str, aliases: dict) -> str:
     return aliases.get(method, method)
 
 
+CI_NOTE = "CI: 95% question-level bootstrap (seeded)"
+
+
+def ci_cells(r: dict) -> list[Cell]:
+    """LJ's 95% bootstrap interval over the row's questions (low, high)."""
+    ci = bootstrap_ci(list((r.get("correct") or {}).values()))
+    return [Cell(ci["low"]), Cell(ci["high"])]
+
+
+def _delta_cells(r: dict, base: dict) -> list[Cell]:
+    """LJ minus the reference row's, paired by question, with its 95% interval; blank on the reference."""
+    if r is base:
+        return [Cell(None)] * 3
+    d = paired_bootstrap(base.get("correct") or {}, r.get("correct") or {})
+    return [Cell(d["mean"]), Cell(d["low"]), Cell(d["high"])]
+
+
 def table1(rows: list[dict], ref: dict, aliases: dict) -> list[Table]:
     paper = ref["table1_accuracy"]["rows"]
     tables = []
@@ -96,17 +116,25 @@ def table1(rows: list[dict], ref: dict, aliases: dict) -> list[Table]:
         sub = [r for r in rows if r["benchmark"] == bench]
         types = sorted({t for r in sub for t in r["accuracy_by_type"]})
         multi = _multi_run(rows)
-        keys = (["run"] if multi else []) + ["method", "n", "errors"]
-        t = Table(
-            f"table1_{bench}", f"Table 1 ({bench}): LLM-judge accuracy, ours (paper)", keys, types + ["LJ"]
+        keys = (["run"] if multi else []) + ["method", "n", "judged", "errors"]
+        f1 = any(r.get("f1") is not None for r in sub)  # LoCoMo's own token F1, beside the judge
+        values = types + ["LJ", "LJ CI low", "LJ CI high", "LJ judged"] + (["F1"] if f1 else [])
+        t = Table(f"table1_{bench}", f"Table 1 ({bench}): LLM-judge accuracy, ours (paper)", keys, values)
+        judges = dict.fromkeys(describe_judge(r.get("judge")) for r in sub)
+        t.note = (
+            "LJ over all n questions (a failed question counts as wrong, as in the paper); LJ judged: over "
+            "the judged ones; errors: failed questions"
+            + ("; F1: token F1, every question" if f1 else "")
+            + f"; {CI_NOTE}. "
+            + "; ".join(judges)
         )
-        t.note = "n: questions judged; errors: failed questions, counted here and never scored"
         for r in sub:
             p = (paper.get(_ref_name(r["method"], aliases)) or {}).get(bench) or {}
             by_type = p.get("by_type") or {}
             cells = [Cell(r["accuracy_by_type"].get(ty), by_type.get(ty)) for ty in types]
-            cells.append(Cell(r["accuracy"], p.get("LJ")))
-            labels = [r["method"], r["judged"], r["errors"]]
+            cells += [Cell(r["accuracy"], p.get("LJ")), *ci_cells(r), Cell(r.get("accuracy_judged"))]
+            cells += [Cell(r.get("f1"))] if f1 else []
+            labels = [r["method"], r["questions"], r["judged"], r["errors"]]
             t.rows.append(([r["run"], *labels] if multi else labels, cells))
         tables.append(t)
     return tables
@@ -134,14 +162,16 @@ def table2(rows: list[dict], ref: dict, aliases: dict) -> Table | None:
         "table2_radius",
         f"Table 2: accuracy and All@{n} by window radius w, ours (paper, All@{spec.get('n', 50)})",
         ["benchmark", "method", "w", "run"],
-        ["LJ", f"All@{n}"],
+        ["LJ", "ΔLJ", "Δ CI low", "Δ CI high", f"All@{n}"],
         note=f"All@n from: {', '.join(sources)} (coverage = coverage.json; windows = union of the records' "
-        "windows; memory = all gold shown in the memory block).",
+        f"windows; memory = all gold shown in the memory block). ΔLJ: vs the smallest w; {CI_NOTE}, paired.",
     )
     for (bench, method), group in groups.items():
-        for r in sorted(group, key=lambda r: r["w"]):
+        group = sorted(group, key=lambda r: r["w"])
+        for r in group:
             p = ((paper.get(str(r["w"])) or {}).get(bench) or {}) if _is_lazymem(method, aliases) else {}
-            cells = [Cell(r["accuracy"], p.get("LJ")), Cell(r["all_at_n"], p.get("all_at_n"), 3)]
+            cells = [Cell(r["accuracy"], p.get("LJ")), *_delta_cells(r, group[0])]
+            cells.append(Cell(r["all_at_n"], p.get("all_at_n"), 3))
             t.rows.append(([bench, method, r["w"], r["run"]], cells))
     return t
 
@@ -163,13 +193,20 @@ def table3(rows: list[dict], ref: dict) -> list[Table]:
             f"table3_{bench}",
             f"Table 3 ({bench}): accuracy by training stage, ours (paper)",
             ["stage", "method", "run"],
-            types + ["Gate Fmt.", "LJ"],
+            types + ["Gate Fmt.", "strict gate", "LJ", "ΔLJ", "Δ CI low", "Δ CI high"],
+            note=f"ΔLJ: vs the first stage; {CI_NOTE}, paired.",
         )
         for r in sub:
             p = (paper.get(r["stage"].lower()) or {}).get(bench) or {}
             by_type = p.get("by_type") or {}
             cells = [Cell(r["accuracy_by_type"].get(ty), by_type.get(ty)) for ty in types]
-            cells += [Cell(r["gate_format_rate"], p.get("gate_format"), 3), Cell(r["accuracy"], p.get("LJ"))]
+            # Gate Fmt. as Table 3 defines it (decision_array_ok), beside our stricter training gate
+            cells += [
+                Cell(r["format_rate_table3"], p.get("gate_format"), 3),
+                Cell(r["gate_format_rate"], None, 3),
+                Cell(r["accuracy"], p.get("LJ")),
+                *_delta_cells(r, sub[0]),
+            ]
             t.rows.append(([r["stage"], r["method"], r["run"]], cells))
         tables.append(t)
     return tables

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset
-from lazymem.eval.judge import JudgePrompts, style_for
+from lazymem.eval.latency import LatencyRuns
 from lazymem.eval.metrics import summarize
 from lazymem.eval.pipeline import Answerer, Judge, evaluate_question
 from lazymem.eval.records import Records, read_records
@@ -56,11 +56,15 @@ def run(cfg, run) -> dict:
     return summary
 
 
-def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
-    """Every method over `ds`; writes records.jsonl, summary.json and results.md into out_dir."""
+def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None) -> dict:
+    """Every method over `ds`; writes records.jsonl, summary.json and results.md into out_dir.
+
+    `data` is the benchmark's data config (default cfg.data): it names the judge and the metrics.
+    """
     prompts = cfg.prompts
     roles = sorted({m.processor for m in methods if hasattr(m, "processor")})
-    policy = InvalidPolicy(**OmegaConf.to_container(cfg.construct.invalid))
+    invalid = OmegaConf.to_container(cfg.construct.invalid)
+    policy = InvalidPolicy(**invalid, structured=cfg.construct.structured)
     processors = {
         role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
         for role in roles
@@ -69,21 +73,23 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
     answerer = Answerer(
         llms["answer"], load(prompts.answer_system), load(prompts.answer_compressed), load(prompts.answer_raw)
     )
-    judge = Judge(
-        llms["judge"],
-        JudgePrompts(prompts.judge_longmemeval, prompts.judge_rules, prompts.judge_locomo),
-        style_for(ds.name, cfg.judge.style),
-    )
+    judge = Judge.from_config(llms["judge"], cfg, cfg.data if data is None else data)
     records = Records(out_dir / "records.jsonl", resume=cfg.resume)
+    timed = LatencyRuns(out_dir / "latency_runs.jsonl")
     latency = cfg.latency
     if (latency.warmup or latency.repeats > 1) and OmegaConf.select(cfg, "llm.cache"):
         log.warning(
             "latency.warmup/repeats with llm.cache=true: repeated calls are cache hits, set llm.cache=false"
         )
-    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records, latency.warmup, latency.repeats))
+    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records, timed, latency.warmup, latency.repeats))
     written = read_records(records.path)
+    for r in written:
+        later = timed.of(r["method"], r["qid"])
+        if later and r["status"] == "ok":
+            r["latency_runs"] = [r["latency_s"], *later]
     summary = {
         "dataset": ds.source.get("name"),
+        "judge": judge.identity,
         "methods": {m.name: summarize([r for r in written if r["method"] == m.name]) for m in methods},
         "llm": llms.stats(),
         "resume_dropped": records.dropped,
@@ -93,29 +99,45 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir) -> dict:
     return summary
 
 
-async def _loop(ds, methods, ctx, answerer, judge, records: Records, warmup: int = 0, repeats: int = 1):
-    """Questions strictly one after another (the paper's latency protocol, Appendix C.2).
+async def _loop(ds, methods, ctx, answerer, judge, records: Records, timed: LatencyRuns, warmup=0, repeats=1):
+    """The paper's latency protocol (Appendix C.2), per method: `warmup` full passes over the questions are
+    discarded, then `repeats` timed passes. Questions run strictly one after another.
 
-    `warmup` question runs per method come first and are discarded; each question then runs `repeats`
-    times: the first run's outputs are recorded, the stage latencies of every run in `latency_runs`.
+    The first timed pass is the evaluation: its records (answer, judge label) go to records.jsonl. Later
+    passes only re-time each question (no judge call) into latency_runs.jsonl. Before every pass after the
+    first, the job's per-question retrieval results are forgotten (`ctx.new_pass`), so no stage is served
+    from an earlier pass; the LLM cache must be off for timings (warned above).
     """
     for method in methods:
-        todo = [q for q in ds.questions if not records.done(method.name, q.id)]
-        for q in todo[:warmup]:
-            await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
-        bar = tqdm(todo, desc=f"{method.name:>14}", unit="q", dynamic_ncols=True)
-        for q in bar:
-            runs = [
-                await evaluate_question(q, ds.history(q), method, ctx, answerer, judge)
-                for _ in range(repeats)
-            ]
-            record = runs[0]
-            if repeats > 1 and record["status"] == "ok":
-                record["latency_runs"] = [r["latency_s"] for r in runs if r["status"] == "ok"]
-            records.append(record)
-            if record["status"] != "ok":
-                log.warning("%s %s: %s", method.name, q.id, record["error"])
-            bar.set_postfix_str(_postfix(record))
+        questions = ds.questions
+        left = {
+            (p, q.id)
+            for p in range(repeats)
+            for q in questions
+            if not (records.done(method.name, q.id) if p == 0 else timed.done(method.name, q.id, p))
+        }
+        if not left:
+            continue
+        for p in range(warmup):
+            ctx.new_pass()
+            for q in tqdm(questions, desc=f"{method.name:>14} warm-up {p + 1}/{warmup}", unit="q"):
+                await evaluate_question(q, ds.history(q), method, ctx, answerer, None)
+        for p in range(repeats):
+            if warmup or p:
+                ctx.new_pass()
+            todo = [q for q in questions if (p, q.id) in left]
+            label = f"{method.name:>14}" + (f" pass {p + 1}/{repeats}" if repeats > 1 else "")
+            bar = tqdm(todo, desc=label, unit="q", dynamic_ncols=True)
+            for q in bar:
+                scorer = judge if p == 0 else None  # later passes only re-time the question
+                record = await evaluate_question(q, ds.history(q), method, ctx, answerer, scorer)
+                if p == 0:
+                    records.append(record)
+                elif record["status"] == "ok":
+                    timed.append(method.name, q.id, p, record["latency_s"])
+                if record["status"] not in ("ok", "not_applicable"):
+                    log.warning("%s %s: %s", method.name, q.id, record["error"])
+                bar.set_postfix_str(_postfix(record))
 
 
 def _postfix(record: dict) -> str:

@@ -35,7 +35,7 @@ def run(cfg, run) -> dict:
             run.meta.add_dataset(ds.source)
             out = run.dir / name
             out.mkdir(exist_ok=True)
-            summaries[name] = evaluate(cfg, ds, methods, retriever, llms, out)
+            summaries[name] = evaluate(cfg, ds, methods, retriever, llms, out, data)
     (run.dir / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
     tables = build_tables(rows([load_run(run.dir)]))
     print("\n" + write_tables(tables, run.dir, "results.md", "Main table"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from lazymem.report import ablation_tables
 from lazymem.report.collect import load_runs, rows
 from lazymem.report.dashboard import write_dashboard
 from lazymem.report.plots import make_plots
@@ -42,7 +43,7 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: no run directories (config.yaml + summary.json) under {inputs}")
     flat = rows(runs)
     ref = load_references()
-    tables = build_tables(flat, ref, aliases)
+    tables = build_tables(flat, ref, aliases) + ablation_tables.build(runs, ref)
     md = write_tables(tables, run.dir)
     plots = make_plots(flat, ref, run.dir, aliases)
     dashboard = write_dashboard(run.dir, tables, plots, runs, max_chars)
