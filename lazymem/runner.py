@@ -116,14 +116,14 @@ def execute(cfg: DictConfig) -> dict | None:
             )
         return result
     except KeyboardInterrupt as e:  # Interrupted (SIGINT/SIGTERM), or Ctrl-C before the handler was set
-        status, signum = "interrupted", getattr(e, "signum", signal.SIGINT)
-        error = f"interrupted by {signal.Signals(signum).name}"
+        stop = e if isinstance(e, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
+        status, error = "interrupted", f"interrupted by {stop.name}"
         print(
             f"error: {error}; servers stopped, finished questions kept. Continue with resume=true "
             f"hydra.run.dir={run_dir}",
             file=sys.stderr,
         )
-        raise SystemExit(128 + signum) from None
+        raise SystemExit(stop.exit_code) from None
     except CLEAR_STOPS as e:
         error = str(e)
         _fail(error)
