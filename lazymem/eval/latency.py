@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from lazymem.eval.records import read_records
+
 
 class LatencyRuns:
     def __init__(self, path: Path):
@@ -19,19 +21,12 @@ class LatencyRuns:
         self.runs: dict[tuple[str, str, int], dict] = {}
         if not self.path.exists():
             return
-        text = self.path.read_text()
-        kept = []
-        for line in text.splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn line of a killed run
-            self.runs[(row["method"], row["qid"], row["pass"])] = row["latency_s"]
-            kept.append(line)
-        if len(kept) != len(text.splitlines()) or (text and not text.endswith("\n")):
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(f"{line}\n" for line in kept))
-            os.replace(tmp, self.path)  # appends must start on a fresh line
+        rows = read_records(self.path)  # complete lines only (a torn one is skipped with a warning)
+        self.runs = {(r["method"], r["qid"], r["pass"]): r["latency_s"] for r in rows}
+        # rewrite the complete lines: appends must start on a fresh line, not after a torn one
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, self.path)
 
     def done(self, method: str, qid: str, pass_no: int) -> bool:
         return (method, qid, pass_no) in self.runs

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lazymem.train.diagnostics import load_jsonl
+
 VALIDATION_LOG = "validation_metrics.jsonl"
 SELECTED = "selected_checkpoint.json"
 
@@ -45,10 +47,8 @@ def read_validations(directory: str | Path) -> dict[int, dict]:
     path = Path(directory) / VALIDATION_LOG
     out: dict[int, dict] = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                out[int(rec["step"])] = rec
+        for rec in load_jsonl(path):
+            out[int(rec["step"])] = rec
     return out
 
 
