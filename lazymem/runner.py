@@ -39,7 +39,6 @@ from lazymem.rundir import (
 from lazymem.validate import ConfigError, validate
 
 log = logging.getLogger("lazymem")
-CONF = Path(__file__).resolve().parent.parent / "conf"  # an absolute path: this is not __main__
 
 
 @lru_cache(maxsize=1)
@@ -178,6 +177,6 @@ class RunDirGuard(Callback):
             )
 
 
-@hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
+@hydra.main(config_path="pkg://lazymem.conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
     return execute(cfg)

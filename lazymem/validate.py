@@ -9,17 +9,17 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 from functools import lru_cache
-from pathlib import Path
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.construct.processor import FALLBACKS
 from lazymem.llm.client import DIALECTS, Decoding
 from lazymem.llm.roles import BACKENDS, merge, to_dict
 from lazymem.retrieval.bm25 import BACKENDS as BM25_BACKENDS
 
-METHOD_CONF = Path(__file__).resolve().parent.parent / "conf" / "method"
+METHOD_CONF = CONF_DIR / "method"
 # method keys that are counts, with their least allowed value
 METHOD_COUNTS = {
     "n": 1,

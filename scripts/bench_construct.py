@@ -20,6 +20,7 @@ from collections import Counter
 
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.construct.decisions import check_decisions, salvage_decisions
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.construct.windows import build_windows
@@ -31,7 +32,7 @@ from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.hybrid import HybridRetriever
 
 # the category names the project configures (conf/data/locomo.yaml), not a second copy
-NAMES = OmegaConf.load("conf/data/locomo.yaml").loader.category_names
+NAMES = OmegaConf.load(CONF_DIR / "data" / "locomo.yaml").loader.category_names
 
 
 def sample_windows(args):

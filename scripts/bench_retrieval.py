@@ -21,6 +21,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from lazymem.conf import CONF_DIR
 from lazymem.data.schema import History, Message
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def make_retriever(preset: str, backend: str | None, cache_dir: str):
         overrides.append(f"retrieval.retrievers.dense.cache.dir={cache_dir}")
     if backend is not None:
         overrides.append(f"retrieval.retrievers.bm25.backend={backend}")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return instantiate(compose(overrides=overrides).retrieval)
 
 

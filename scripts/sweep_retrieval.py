@@ -11,14 +11,15 @@ import sys
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.data import locomo
 from lazymem.eval.coverage import question_coverage
 
 # the category names the project configures (conf/data/locomo.yaml), not a second copy
-NAMES = OmegaConf.load("conf/data/locomo.yaml").loader.category_names
+NAMES = OmegaConf.load(CONF_DIR / "data" / "locomo.yaml").loader.category_names
 PATH = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/locomo_dev8.json"
 ds = locomo.load(PATH, category_names=NAMES)
-base = OmegaConf.load("conf/retrieval/hybrid.yaml")
+base = OmegaConf.load(CONF_DIR / "retrieval" / "hybrid.yaml")
 base.retrievers.dense.cache.dir = ".cache/embeddings"
 
 

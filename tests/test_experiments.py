@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from lazymem.runner import CONF
+from lazymem.conf import CONF_DIR as CONF
 
 from test_main_table import METHODS
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 from hydra import compose, initialize_config_dir
 
+from lazymem.conf import CONF_DIR
 from lazymem.data.schema import Question
 from lazymem.eval.f1 import LocomoF1
 from lazymem.eval.judge import OFFICIAL_FILE, JudgePrompts, describe_judge, parse_label, style_for
@@ -14,7 +15,7 @@ from lazymem.llm.client import Decoding
 
 from conftest import run_cli
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = CONF_DIR
 
 
 def question(**kw):

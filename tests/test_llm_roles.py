@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,10 +10,11 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.llm import roles
 from lazymem.llm.roles import LLMSet, ServerRegistry, choose_backend, role_config
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = CONF_DIR
 
 
 def llm_conf(name: str, *overrides: str) -> dict:

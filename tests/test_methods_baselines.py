@@ -11,6 +11,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.construct.processor import StageError
 from lazymem.construct.render import render_raw
 from lazymem.data.schema import History, Message, Question
@@ -19,6 +20,7 @@ from lazymem.methods.base import Context
 from lazymem.methods.full_history import FullHistory
 from lazymem.methods.nanomemory import NONE_MARKER, NanoMemory, copied_from, session_turns
 from lazymem.methods.oracle_session import NotApplicable, OracleSession
+from lazymem.report.tables import PAPER as PAPER_DIR
 from lazymem.tokens import count_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,11 +246,11 @@ def test_copied_from_matches_verbatim_fragments_only():
     [("oracle_session", OracleSession), ("full_history", FullHistory), ("nanomemory", NanoMemory)],
 )
 def test_method_configs_instantiate(name, cls):
-    method = instantiate(OmegaConf.load(ROOT / "conf" / "method" / f"{name}.yaml"))
+    method = instantiate(OmegaConf.load(CONF_DIR / "method" / f"{name}.yaml"))
     assert isinstance(method, cls) and method.name == name
 
 
-PAPER = ROOT / "experiments" / "main_table" / "paper.json"
+PAPER = PAPER_DIR / "main_table.json"
 LME_TEST_COUNTS = {  # paper Table 9, test column
     "knowledge-update": 16,
     "multi-session": 27,

@@ -6,7 +6,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lazymem.runner import CONF
+from lazymem.conf import CONF_DIR as CONF
 
 from conftest import run_cli
 

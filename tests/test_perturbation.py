@@ -8,8 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem import tracking
+from lazymem.conf import CONF_DIR as CONF
 from lazymem.eval.perturb import summarize, variant_names, variants
-from lazymem.runner import CONF
 
 from conftest import run_cli
 

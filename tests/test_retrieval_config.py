@@ -1,13 +1,13 @@
 """Every conf/retrieval preset composes with Hydra and instantiates to the intended components."""
 
 import re
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.data.schema import History, Message
 from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.dense import DenseRetriever, SentenceEncoder
@@ -15,7 +15,7 @@ from lazymem.retrieval.embed_cache import EmbeddingCache
 from lazymem.retrieval.hybrid import HybridRetriever
 from lazymem.retrieval.rerank import FlagReranker, NoReranker
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = CONF_DIR
 PRESETS = ["hybrid", "bm25", "dense", "paper_gpu"]
 
 

@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem import tracking
+from lazymem.conf import CONF_DIR as CONF
 from lazymem.llm.roles import role_config
-from lazymem.runner import CONF
 from lazymem.train.diagnostics import load_jsonl, reward_ordering
 
 from conftest import run_cli

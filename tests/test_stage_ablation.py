@@ -7,7 +7,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from lazymem.runner import CONF
+from lazymem.conf import CONF_DIR as CONF
 
 from conftest import run_cli
 

@@ -8,14 +8,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.llm.roles import role_config
-
-from conftest import ROOT
 
 
 def experiment(name: str, *overrides: str):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
         return compose("config", overrides=[f"+experiment={name}", *overrides])
 
 

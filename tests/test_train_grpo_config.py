@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.train import verl_trainer
 from lazymem.train.grpo_config import overrides, value
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
-GRPO = ROOT / "conf" / "train" / "grpo.yaml"
-REWARD = ROOT / "conf" / "train" / "reward.yaml"
+GRPO = CONF_DIR / "train" / "grpo.yaml"
+REWARD = CONF_DIR / "train" / "reward.yaml"
 
 
 def grpo_cfg(tmp_path, **changes) -> dict:

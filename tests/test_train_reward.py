@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import lazymem.train.reward as reward_mod
+from lazymem.conf import CONF_DIR
 from lazymem.construct.decisions import ERROR_CODES
 from lazymem.llm.client import Completion
 from lazymem.train.curriculum import ENV_STATE, Curriculum
@@ -33,8 +34,6 @@ from lazymem.train.reward import (
     compute_score_async,
 )
 from lazymem.train.rl_rows import ground_truth_json, read_ground_truth
-
-from conftest import ROOT
 
 K, D = "KEEP", "DROP"
 
@@ -273,7 +272,7 @@ def test_ground_truth_formats():
 def test_config_file_builds_the_reward_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path))
     monkeypatch.setenv(ENV_STATE, str(tmp_path / "state.json"))
-    cfg = OmegaConf.load(ROOT / "conf" / "train" / "reward.yaml")
+    cfg = OmegaConf.load(CONF_DIR / "train" / "reward.yaml")
     opts = RewardOptions.from_kwargs(
         {"eta": cfg.eta, "judge": cfg.judge, "curriculum_state": cfg.curriculum.state_path}
     )

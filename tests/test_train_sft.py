@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from lazymem.conf import CONF_DIR
 from lazymem.construct.decisions import Decision
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data.synthetic import load as synthetic
@@ -95,7 +96,7 @@ def write_sft_dir(out: Path, model: str, n_questions: int = 6, n_val: int = 0) -
         names.append(sd.VAL_DATASET_NAME)
     (out / "dataset_info.json").write_text(json.dumps(sd.dataset_info(*names)))
     (out / "ds_z2_config.json").write_text(json.dumps(DS_Z2))
-    options = yaml.safe_load((ROOT / "conf/train/sft.yaml").read_text())
+    options = yaml.safe_load((CONF_DIR / "train" / "sft.yaml").read_text())
     options.update(model=model, output_dir=str(out / "sft_model"), radius=1)
     eval_dataset = sd.VAL_DATASET_NAME if n_val else None
     train = sft_yaml(options, out, out / "ds_z2_config.json", False, eval_dataset)

@@ -9,13 +9,14 @@ from collections import Counter
 import pytest
 import yaml
 
+from lazymem.conf import CONF_DIR
 from lazymem.construct.windows import Window
 from lazymem.data.schema import Message, Question
 from lazymem.llm.client import Completion
 from lazymem.train import sft_data as sd
 from lazymem.train.sft_config import sft_yaml
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 
 def question(i: int, qtype: str) -> Question:
@@ -121,7 +122,7 @@ def test_sharegpt_record_and_stats():
 
 
 def test_sft_yaml_follows_table_10():
-    opts = yaml.safe_load((ROOT / "conf" / "train" / "sft.yaml").read_text())
+    opts = yaml.safe_load((CONF_DIR / "train" / "sft.yaml").read_text())
     opts.update(model="m", output_dir="o")
     y = sft_yaml(opts, "d", "ds.json", with_reasoning=False)
     assert y["template"] == "qwen3" and y["enable_thinking"] is False
@@ -136,7 +137,7 @@ def test_sft_yaml_follows_table_10():
 
 
 def test_sft_yaml_chooses_the_epoch_by_validation_loss():
-    opts = yaml.safe_load((ROOT / "conf" / "train" / "sft.yaml").read_text())
+    opts = yaml.safe_load((CONF_DIR / "train" / "sft.yaml").read_text())
     opts.update(model="m", output_dir="o")
     y = sft_yaml(opts, "d", "ds.json", with_reasoning=True, eval_dataset=sd.VAL_DATASET_NAME)
     assert y["eval_dataset"] == "lazymem_sft_val" and y["eval_strategy"] == y["save_strategy"] == "epoch"

@@ -3,7 +3,7 @@
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lazymem.runner import CONF
+from lazymem.conf import CONF_DIR as CONF
 from lazymem.validate import ConfigError, problems, validate
 
 

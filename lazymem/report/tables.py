@@ -17,7 +17,7 @@ from pathlib import Path
 from lazymem.eval.judge import describe_judge
 from lazymem.stats import bootstrap_ci, paired_bootstrap
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+PAPER = Path(__file__).resolve().parent / "paper"  # the paper's numbers, one file per experiment
 STAGES = ("total", "retrieval", "processing", "answer")
 STATS = ("mean", "median", "p90", "p95")
 STAGE_ORDER = ("base", "sft", "rl")
@@ -25,9 +25,9 @@ STAGE_ORDER = ("base", "sft", "rl")
 
 def load_references() -> dict:
     """Paper numbers of Tables 1, 7, 8 (main table), 2 (radius), 3 (training stages), 5/6, 11 and 12."""
-    ref = json.loads((EXPERIMENTS / "main_table" / "paper.json").read_text())
+    ref = json.loads((PAPER / "main_table.json").read_text())
     for sub in ("radius_ablation", "stage_ablation", "nanomemory_depth", "reward_rollouts", "perturbation"):
-        path = EXPERIMENTS / sub / "paper.json"
+        path = PAPER / f"{sub}.json"
         if path.is_file():
             ref.update({k: v for k, v in json.loads(path.read_text()).items() if k.startswith("table")})
     return ref

@@ -7,7 +7,7 @@ the train dataloader always drops the last partial batch (ray_trainer / v1 train
 With `curriculum` on, `trainer.v1.trainer_mode` selects lazymem's trainer (lazymem/train/verl_trainer.py),
 which feeds each validation's format-valid rate to the reward curriculum. D.3's seeds, reference-model
 offload / compile and checkpoint contents are set explicitly, and so are the VERL 0.7.1 defaults that 0.9.1
-changed (`verl_0_7_1`; the full comparison is experiments/train_defaults.md).
+changed (`verl_0_7_1`; the full comparison is docs/train_defaults.md).
 """
 
 from __future__ import annotations

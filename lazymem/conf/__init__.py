@@ -1,0 +1,8 @@
+"""The config tree that `lazymem` composes (Hydra's `pkg://lazymem.conf`), shipped inside the package.
+
+Add your own config folder with Hydra's search path (see the README's "Your own configs").
+"""
+
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parent
