@@ -6,25 +6,22 @@ misconfigured paper-scale job stops within seconds instead of failing an hour in
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lazymem.llm.roles import has_gpu, role_config
+from lazymem.llm.backends import get_backend, has_gpu
+from lazymem.llm.roles import role_config
+from lazymem.methods.base import Method
 
 
 class PreflightError(SystemExit):
     pass
 
 
-def roles_used(methods) -> list[str]:
-    roles = {"answer", "judge"}
-    for m in methods:
-        for attr in ("processor", "role"):
-            if isinstance(getattr(m, attr, None), str):
-                roles.add(getattr(m, attr))
-    return sorted(roles)
+def roles_used(methods: list[Method]) -> list[str]:
+    """The job's own roles (answer, judge) and every role a method declares."""
+    return sorted({"answer", "judge", *(role for m in methods for role in m.roles)})
 
 
 def problems(cfg, methods, benchmarks: dict) -> list[str]:
@@ -33,26 +30,11 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
     for role in roles_used(methods):
         rc = role_config(cfg.llm, role)
         where = f"llm.roles.{role}"
-        if rc["backend"] != "endpoint" and not rc.get("model"):
-            how = f"stages.{cfg.stage}" if role == "memory" and "stage" in cfg else f"{where}.model"
-            found.append(f"{where}.model is not set: pass {how}=... (a model directory or a GGUF)")
-            continue
-        if rc["backend"] == "vllm":
-            gpu_needed_by.append(f"{where} (vLLM)")
-            model = str(rc["model"])
-            if not Path(model).expanduser().is_dir():
-                found.append(
-                    f"{where}.model = {model!r} is not a local model directory: download it and pass "
-                    f"{where}.model=/path/to/model (or set it in conf/local/, see conf/local/README.md)"
-                )
-        if rc["backend"] == "endpoint":
-            if not rc.get("base_url"):
-                found.append(f"{where}.base_url is not set")
-            env = rc.get("api_key_env")
-            if env and not os.environ.get(env):
-                found.append(
-                    f"{where} needs an API key: export {env}=... (it is read from the environment only)"
-                )
+        backend = get_backend(rc)
+        model_key = f"stages.{cfg.stage}" if role == "memory" and "stage" in cfg else None
+        found += backend.problems(where, model_key)
+        if backend.needs_gpu:
+            gpu_needed_by.append(f"{where} ({backend.name})")
     retrieval = OmegaConf.to_container(cfg.retrieval, resolve=True)
     encoder = ((retrieval.get("retrievers") or {}).get("dense") or {}).get("encoder") or {}
     reranker = retrieval.get("reranker") or {}

@@ -1,8 +1,24 @@
-"""The one entry point: `python -m lazymem.run [task=NAME] [+experiment=NAME] [overrides]` (see runner.py)."""
+"""The one entry point: `lazymem [task=NAME] [+experiment=NAME] [overrides]`, or `python -m lazymem.run ...`
+(see runner.py)."""
 
 import sys
 
 from lazymem.runner import main
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The `lazymem` console script: Hydra's exit status, 0 after a run that returned.
+    `lazymem serve` / `lazymem mcp [overrides]` run the memory service (lazymem/agent) instead of a task."""
+    if sys.argv[1:2] == ["serve"]:
+        from lazymem.agent.service import serve
+
+        sys.exit(serve(sys.argv[2:]))
+    if sys.argv[1:2] == ["mcp"]:
+        from lazymem.agent.mcp_server import main as mcp
+
+        sys.exit(mcp(sys.argv[2:]))
     sys.exit(main() and 0)
+
+
+if __name__ == "__main__":
+    cli()

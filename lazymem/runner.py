@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import random
 import secrets
 import signal
 import sys
@@ -17,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import hydra
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -52,11 +54,13 @@ if not OmegaConf.has_resolver("lazymem_uid"):
 
 
 class Run:
-    """What a task gets besides its config: its directory and the meta record."""
+    """What a task gets besides its config: its directory, the meta record and the tracker (logger=none:
+    one that does nothing), which lives as long as the task."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg, self.dir = cfg, run_dir
         self.meta = RunMeta(run_dir, cfg.task)
+        self.tracker: tracking.Tracker = tracking.Tracker()
 
 
 def _in_sweep() -> bool:
@@ -92,6 +96,14 @@ def _budget(questions: dict | None, cfg: DictConfig) -> dict | None:
     return questions
 
 
+def seed_everything(seed: int) -> None:
+    """Seeds the process-wide python and numpy RNGs. Components with their own generator get `seed` through
+    their config; torch is not seeded here: in this process it only runs inference (encoders,
+    rerankers), and training runs in VERL/LLaMA-Factory processes whose seeds come from conf/train."""
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def execute(cfg: DictConfig) -> dict | None:
     for name in QUIET:  # per-request chatter of libraries; their warnings still show
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -101,7 +113,9 @@ def execute(cfg: DictConfig) -> dict | None:
     write_config(cfg, run_dir)
     run = Run(cfg, run_dir)
     log.info("run directory: %s", run_dir)
-    tracker = tracking.start(cfg, run_dir)  # logger=wandb: a W&B run (offline by default), else nothing
+    # logger=wandb: a W&B run (offline by default) for the task's duration, else one that does nothing
+    tracker = run.tracker = tracking.start(cfg, run_dir)
+    seed_everything(int(cfg.seed))
     status, error, result, questions = "failed", None, None, None
     try:
         with interrupt.handling():

@@ -28,3 +28,45 @@ def connect(path: Path, timeout_s: float, schema: str, thread_safe: bool = False
     conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent after a process is killed
     conn.execute(schema)
     return conn
+
+
+def tables_of(path: Path) -> set[str]:
+    """The table names of an existing SQLite file, read without creating or changing anything."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+
+
+def summarize(conn: sqlite3.Connection, table: str, payload: str) -> dict[str, dict]:
+    """Per model of a cache table with `model` and `created` columns: entries, payload bytes, and the
+    oldest and newest entry (unix time)."""
+    rows = conn.execute(
+        f"SELECT model, COUNT(*), SUM(LENGTH({payload})), MIN(created), MAX(created) FROM {table} "
+        "GROUP BY model ORDER BY model"
+    )
+    return {m: {"entries": n, "bytes": b, "oldest": lo, "newest": hi} for m, n, b, lo, hi in rows}
+
+
+def prune(
+    conn: sqlite3.Connection, table: str, before: float | None, model: str | None, apply: bool
+) -> dict[str, int]:
+    """Entries per model written before `before` (unix time) and/or whose model matches the glob `model`
+    (SQLite GLOB: * and ?, case-sensitive); deleted only with `apply`, the file then compacted."""
+    if before is None and model is None:
+        raise ValueError("prune needs an age or a model")
+    clauses, args = [], []
+    if before is not None:
+        clauses.append("created < ?")
+        args.append(before)
+    if model is not None:
+        clauses.append("model GLOB ?")
+        args.append(model)
+    where = " AND ".join(clauses)
+    counts = dict(conn.execute(f"SELECT model, COUNT(*) FROM {table} WHERE {where} GROUP BY model", args))
+    if apply and counts:
+        conn.execute(f"DELETE FROM {table} WHERE {where}", args)
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return counts

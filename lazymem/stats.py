@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,13 +14,8 @@ def mean(values) -> float | None:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolation percentile (numpy's default), q in [0, 100]; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """numpy's linear-interpolation percentile as a float, q in [0, 100]; None for no values."""
+    return float(np.percentile(values, q)) if len(values) else None
 
 
 def describe(values: Sequence[float]) -> dict:

@@ -11,12 +11,13 @@ from dataclasses import fields
 from functools import lru_cache
 
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from lazymem.conf import CONF_DIR
 from lazymem.construct.processor import FALLBACKS
-from lazymem.llm.client import DIALECTS, Decoding
-from lazymem.llm.roles import BACKENDS, merge, to_dict
+from lazymem.llm.backends import get_backend
+from lazymem.llm.client import Decoding
+from lazymem.llm.roles import merge, to_dict
 from lazymem.retrieval.bm25 import BACKENDS as BM25_BACKENDS
 
 METHOD_CONF = CONF_DIR / "method"
@@ -39,9 +40,9 @@ class ConfigError(ValueError):
 
 
 @lru_cache(maxsize=1)
-def method_presets() -> dict[str, str]:
-    """conf/method/NAME.yaml -> its `_target_`: the method classes a config may name."""
-    return {p.stem: OmegaConf.load(p).get("_target_") for p in sorted(METHOD_CONF.glob("*.yaml"))}
+def method_presets() -> list[str]:
+    """The bundled method configs (lazymem/conf/method/NAME.yaml), named in error messages."""
+    return [p.stem for p in sorted(METHOD_CONF.glob("*.yaml"))]
 
 
 def _number(found: list[str], key: str, value, lo: float, *, integer=True, hi=None, nullable=False) -> None:
@@ -65,8 +66,6 @@ def _one_of(found: list[str], key: str, value, allowed) -> None:
 
 
 def _methods(cfg: DictConfig, found: list[str]) -> None:
-    presets = method_presets()
-    targets = sorted({t for t in presets.values() if t})  # presets built on another one name none
     entries = [(f"methods.{k}", v) for k, v in (cfg.get("methods") or {}).items()]
     if not entries and cfg.get("method") is not None:
         entries = [("method", cfg.method)]
@@ -74,20 +73,38 @@ def _methods(cfg: DictConfig, found: list[str]) -> None:
         if not isinstance(spec, DictConfig):
             found.append(
                 f"{key} = {spec!r} is not a method config: add one with +method@{key}=NAME, NAME one of "
-                + ", ".join(presets)
+                + ", ".join(method_presets())
+                + " (or a method config of your own on the search path)"
             )
             continue
         target = spec.get("_target_")
-        if target not in targets:
-            found.append(f"{key}._target_ = {target!r}: allowed values are {', '.join(targets)}")
+        try:
+            cls = get_class(target)
+        except Exception as e:  # Hydra wraps import errors of every kind
+            found.append(f"{key}._target_ = {target!r} cannot be imported: {str(e).splitlines()[0]}")
             continue
-        params = [p for p in inspect.signature(get_class(target).__init__).parameters if p != "self"]
+        if not inspect.iscoroutinefunction(getattr(cls, "build", None)):
+            found.append(
+                f"{key}._target_ = {target!r} is not a method: it has no async build(question, history, ctx) "
+                "(lazymem.methods.base.Method)"
+            )
+            continue
+        params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
         unknown = sorted(set(spec) - set(params) - {"_target_"})
         if unknown:
             found.append(f"{key}: unknown key(s) {', '.join(unknown)}; {target} takes {', '.join(params)}")
         for name, lo in METHOD_COUNTS.items():
             if name in spec:
                 _number(found, f"{key}.{name}", spec[name], lo, nullable=name == "n")
+        if spec.get("construct") is not None and spec.construct != cfg.get("construct"):
+            _construct(found, f"{key}.construct", spec.construct)  # its own, not the job's (checked once)
+
+
+def _construct(found: list[str], key: str, construct) -> None:
+    invalid = construct.get("invalid") if construct is not None else None
+    if invalid is not None:
+        _one_of(found, f"{key}.invalid.fallback", invalid.get("fallback", "raw"), FALLBACKS)
+        _number(found, f"{key}.invalid.retries", invalid.get("retries", 0), 0)
 
 
 def _llm(cfg: DictConfig, found: list[str]) -> None:
@@ -95,8 +112,10 @@ def _llm(cfg: DictConfig, found: list[str]) -> None:
     decoding_keys = {f.name for f in fields(Decoding)}
     for role, over in (llm.get("roles") or {}).items():
         rc, key = merge(llm.get("common") or {}, over or {}), f"llm.roles.{role}"
-        _one_of(found, f"{key}.backend", rc.get("backend"), BACKENDS)
-        _one_of(found, f"{key}.dialect", rc.get("dialect", "openai"), DIALECTS)
+        try:
+            get_backend(rc)  # an unknown backend, or an endpoint's unknown dialect, raises
+        except ValueError as e:
+            found.append(f"{key}.{e}")
         for name, lo in (("concurrency", 1), ("max_retries", 0)):
             if name in rc:
                 _number(found, f"{key}.{name}", rc[name], lo)
@@ -143,10 +162,8 @@ def problems(cfg: DictConfig) -> list[str]:
     if "coverage" in cfg:
         for i, r in enumerate(cfg.coverage.radii):
             _number(found, f"coverage.radii[{i}]", r, 0)
-    invalid = OmegaConf.select(cfg, "construct.invalid")
-    if invalid is not None:
-        _one_of(found, "construct.invalid.fallback", invalid.fallback, FALLBACKS)
-        _number(found, "construct.invalid.retries", invalid.retries, 0)
+    if cfg.get("construct") is not None:
+        _construct(found, "construct", cfg.construct)
     _retrieval(cfg, found)
     _methods(cfg, found)
     if cfg.get("llm") is not None:

@@ -2,12 +2,13 @@
 
     python scripts/sweep_retrieval.py [LOCOMO_FILE]
 
-Each line prints the coverage at w = 0, 1, 2, 3 for one variation (conf/retrieval/hybrid.yaml merged
+Each line prints the coverage at w = 0, 1, 2, 3 for one variation (the composed hybrid preset merged
 with the overrides shown). Embeddings are cached in .cache/embeddings, so reruns only encode queries.
 """
 
 import sys
 
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -19,8 +20,8 @@ from lazymem.eval.coverage import question_coverage
 NAMES = OmegaConf.load(CONF_DIR / "data" / "locomo.yaml").loader.category_names
 PATH = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/locomo_dev8.json"
 ds = locomo.load(PATH, category_names=NAMES)
-base = OmegaConf.load(CONF_DIR / "retrieval" / "hybrid.yaml")
-base.retrievers.dense.cache.dir = ".cache/embeddings"
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+    base = compose(overrides=["+retrieval=hybrid", "+paths=default", "paths.cache=.cache"]).retrieval
 
 
 def run(name, **over):

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from lazymem.eval.metrics import summarize
+from lazymem.eval.summary import summary, write_summary
 from lazymem.report import ablation_tables
 from lazymem.report.collect import load_runs, rows
 from lazymem.report.tables import build_tables, load_references
@@ -16,23 +17,27 @@ from lazymem.stats import bootstrap_ci
 NANO = "lazymem.methods.nanomemory.NanoMemory"
 
 
-def _record(qid, method, correct, extra=None, status="ok"):
+def _record(qid, method, correct, extra=None, status="ok", detail=None):
     return {"qid": qid, "method": method, "type": "temporal", "abstention": False, "status": status,
             "error": None if status == "ok" else "boom", "correct": correct if status == "ok" else None,
-            "memory_tokens": 10, "gold_idx": [1], "shown": [1], "contains_reference": None,
+            "memory_tokens": 10, "gold_idx": [1], "shown": [1], "contains_reference": None, "scores": {},
+            "retrieved": [], "retrieval_scores": [], "windows": [], "decided": [], "detail": detail or {},
             "latency_s": {"retrieval": 0.1, "processing": 2.0, "answer": 1.0, "judge": 0.5, "total": 3.1},
             **(extra or {})}  # fmt: skip
 
 
-def _write(path, config, records, summary=None):
+def _write(path, config, records, tables=None):
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(yaml.safe_dump(config))
-    if summary is None:
+    if tables is None:
         methods = {}
         for r in records:
             methods.setdefault(r["method"], []).append(r)
-        summary = {"dataset": "longmemeval", "methods": {m: summarize(rs) for m, rs in methods.items()}}
-    (path / "summary.json").write_text(json.dumps(summary))
+        methods = {m: summarize(rs) for m, rs in methods.items()}
+        bench = {"dataset": "longmemeval", "judge": {}, "methods": methods, "resume_dropped": {}}
+        write_summary(path, summary("evaluate", {"longmemeval": bench}))
+    else:
+        write_summary(path, summary(config["task"], tables=tables))
     (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -46,7 +51,8 @@ def test_table5_rows_per_depth_and_constructor_with_paper_numbers(tmp_path):
                "method": {"_target_": NANO, "name": "nanomemory", "top_sessions": k, "role": role},
                "llm": {"roles": {"small": {"model": "m4"}, "big": {"model": "m32"}}}}  # fmt: skip
         recs = [
-            _record(f"q{i}", "nanomemory", i < job + 1, {"session_tokens": 100 * (i + 1)}) for i in range(2)
+            _record(f"q{i}", "nanomemory", i < job + 1, detail={"session_tokens": 100 * (i + 1)})
+            for i in range(2)
         ]
         _write(tmp_path / "sweep" / str(job), cfg, recs)
     runs = load_runs([tmp_path / "sweep"])
@@ -67,7 +73,7 @@ def test_table5_rows_per_depth_and_constructor_with_paper_numbers(tmp_path):
 
 def test_runs_without_a_constructor_label_make_no_table5(tmp_path):
     cfg = {"method": {"_target_": NANO, "name": "nanomemory", "top_sessions": 3, "role": "memory"}}
-    _write(tmp_path / "run", cfg, [_record("q", "nanomemory", True, {"session_tokens": 5})])
+    _write(tmp_path / "run", cfg, [_record("q", "nanomemory", True, detail={"session_tokens": 5})])
     assert ablation_tables.tables56(load_runs([tmp_path / "run"]), load_references()) == []
 
 

@@ -14,7 +14,6 @@ from lazymem.construct.decisions import (
     kept_content,
     merge_decisions,
     salvage_decisions,
-    split_thinking,
 )
 from lazymem.construct.windows import Window
 
@@ -137,24 +136,6 @@ def test_detail_names_the_failing_item():
 
 def test_every_error_code_is_exercised():
     assert {code for _, _, code in REJECTED} == set(ERROR_CODES)
-
-
-# ---- split_thinking ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("<think>a b</think>\n[1]", ("a b", "[1]")),
-        ("a b</think>[1]", ("a b", "[1]")),
-        ("</think>\n\n[1]", ("", "[1]")),
-        ("<think>a b", ("a b", "")),
-        ("  [1]  ", ("", "[1]")),
-        ("<think>\n</think>", ("", "")),
-    ],
-)
-def test_split_thinking(text, expected):
-    assert split_thinking(text) == expected
 
 
 # ---- salvage ------------------------------------------------------------------------------

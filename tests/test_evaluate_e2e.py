@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from lazymem.eval.summary import read_summary
+
 from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.slow
@@ -61,9 +63,11 @@ def test_every_method_writes_records_summary_and_results(first_run):
         assert r["latency_s"]["processing"] > 0
     oracle = [r for r in recs if r["method"] == "oracle_turn"]
     assert all(r["shown"] == r["gold_idx"] for r in oracle)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert set(summary["methods"]) == METHODS
-    lz = summary["methods"]["lazymem"]
+    summary = read_summary(run_dir)
+    assert list(summary["benchmarks"]) == ["synthetic"] and summary["task"] == "evaluate"
+    methods = summary["benchmarks"]["synthetic"]["methods"]
+    assert set(methods) == METHODS
+    lz = methods["lazymem"]
     assert lz["windows"] == sum(len(r["windows"]) for r in lazy)
     assert 0 <= lz["gate_format_rate"] <= 1 and lz["errors"] == 0
     assert summary["llm"]["memory"]["calls"] >= lz["windows"]
@@ -135,8 +139,8 @@ def test_latency_protocol_warmup_and_repeats(tmp_path):
     assert all(r["correct"] is not None for r in recs)
     later = [json.loads(x) for x in (tmp_path / "latency_runs.jsonl").read_text().splitlines()]
     assert sorted((x["qid"], x["pass"]) for x in later) == sorted((r["qid"], 1) for r in recs)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["methods"]["oracle_turn"]["latency_s"]["answer"]["n"] == 4
+    summary = read_summary(tmp_path)
+    assert summary["benchmarks"]["synthetic"]["methods"]["oracle_turn"]["latency_s"]["answer"]["n"] == 4
     # 1 full warm-up pass + 2 timed passes over 2 questions; only the first timed pass is judged
     assert summary["llm"]["answer"]["calls"] == 2 + 4
     assert summary["llm"]["judge"]["calls"] == 2

@@ -107,8 +107,10 @@ def test_main_table_defines_the_papers_protocol():
     assert answer == {} or "model" not in answer  # the answer role is Qwen3-32B from `common`
     assert cfg.prompts.answer_compressed == "answer_compressed"  # the paper's layout: query first
     # each benchmark names its own judge; LongMemEval's official budget is 10 tokens at temperature 0
-    assert (cfg.benchmarks.longmemeval.judge, cfg.benchmarks.locomo.judge) == ("longmemeval", "locomo")
-    assert cfg.judge.longmemeval.max_tokens == 10 and cfg.judge.style is None
+    lme, locomo = cfg.benchmarks.longmemeval.judge, cfg.benchmarks.locomo.judge
+    assert (lme.style, locomo.style) == ("longmemeval", "locomo")
+    assert (lme.prompt, locomo.prompt) == ("judge_longmemeval", "judge_locomo")
+    assert lme.max_tokens == 10 and lme.official_src is None and locomo.max_tokens is None
 
 
 def test_ablations_sweep_the_papers_grid_with_the_4b_model():

@@ -98,9 +98,9 @@ def test_a_run_whose_questions_all_fail_exits_non_zero_as_failed(tmp_path):
         "method=oracle_turn",
         "data.limit=2",
     ]
-    out = run_cli(*dead, f"cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/a")
+    out = run_cli(*dead, f"paths.cache={tmp_path}/cache", f"hydra.run.dir={tmp_path}/a")
     assert out.returncode == 1 and "2 of 2 questions failed" in out.stderr
-    assert (tmp_path / "cache" / "llm.sqlite").exists()  # cache_dir moves the LLM response cache too
+    assert (tmp_path / "cache" / "llm.sqlite").exists()  # paths.cache moves the LLM response cache too
     m = meta(tmp_path / "a")
     assert m["status"] == "failed" and m["questions"]["errors"] == 2 and m["questions"]["error_rate"] == 1.0
     out = run_cli(*dead, "max_error_rate=1.0", f"hydra.run.dir={tmp_path}/b")  # an explicit error budget

@@ -5,13 +5,16 @@ from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
 from lazymem.data.schema import Question
 from lazymem.eval.f1 import LocomoF1
-from lazymem.eval.judge import OFFICIAL_FILE, JudgePrompts, describe_judge, parse_label, style_for
+from lazymem.eval.judge import OFFICIAL_FILE, JudgePrompts, describe_judge, parse_label
 from lazymem.eval.pipeline import Judge
+from lazymem.eval.summary import read_summary
 from lazymem.llm.client import Decoding
+from lazymem.llm.completion import Completion
 
 from conftest import run_cli
 
@@ -42,7 +45,7 @@ def question(**kw):
     ],
 )
 def test_longmemeval_labels_follow_the_official_rule(text, label):
-    assert parse_label("longmemeval", text) is label
+    assert parse_label("longmemeval", Completion(text).text) is label  # thinking split off by the reply
 
 
 @pytest.mark.parametrize(
@@ -57,41 +60,54 @@ def test_longmemeval_labels_follow_the_official_rule(text, label):
     ],
 )
 def test_locomo_labels(text, label):
-    assert parse_label("locomo", text) is label
+    assert parse_label("locomo", Completion(text).text) is label
+
+
+def lme_prompts(official_src=None):
+    return JudgePrompts("longmemeval", "judge_longmemeval", "judge_longmemeval_rules", official_src)
+
+
+def locomo_prompts(prompt="judge_locomo"):
+    return JudgePrompts("locomo", prompt)
 
 
 def test_rules_follow_question_type_and_abstention():
-    prompts = JudgePrompts()
-    temporal = prompts.messages("longmemeval", question(), "18 days")[0]["content"]
+    prompts = lme_prompts()
+    temporal = prompts.messages(question(), "18 days")[0]["content"]
     assert "off by one" in temporal and "18 days" in temporal and "19 days" in temporal
-    update = prompts.messages("longmemeval", question(type="knowledge-update"), "x")[0]["content"]
+    update = prompts.messages(question(type="knowledge-update"), "x")[0]["content"]
     assert "updated value" in update
-    pref = prompts.messages("longmemeval", question(type="single-session-preference"), "x")[0]["content"]
+    pref = prompts.messages(question(type="single-session-preference"), "x")[0]["content"]
     assert "rubric" in pref
-    abst = prompts.messages("longmemeval", question(type="multi-session", abstention=True), "x")[0]["content"]
+    abst = prompts.messages(question(type="multi-session", abstention=True), "x")[0]["content"]
     assert "not available" in abst
-    plain = prompts.messages("longmemeval", question(type="multi-session"), "x")[0]["content"]
+    plain = prompts.messages(question(type="multi-session"), "x")[0]["content"]
     assert "only part" in plain and "off by one" not in plain
-    locomo = prompts.messages("locomo", question(), "x")[0]["content"]
+    locomo = locomo_prompts().messages(question(), "x")[0]["content"]
     assert "CORRECT or WRONG" in locomo and "any format" in locomo
 
 
-def test_style_is_declared_by_the_benchmark_and_overridable():
-    assert style_for("locomo") == "locomo" and style_for("longmemeval") == "longmemeval"
-    assert style_for("locomo", "longmemeval") == "longmemeval"
-    with pytest.raises(ValueError, match="names no judge"):
-        style_for(None)  # a new benchmark never silently inherits another's judge
-    with pytest.raises(ValueError):
-        style_for("longmemeval", "exact-match")
-    assert JudgePrompts().version == JudgePrompts().version
+def test_a_judge_is_declared_whole_by_the_benchmark():
+    with pytest.raises(ValueError, match="declares no judge"):
+        Judge.from_config(FakeClient("yes"), OmegaConf.create({"name": "toy"}))  # never a silent default
+    with pytest.raises(ValueError, match="declares no judge"):
+        Judge.from_config(FakeClient("yes"), OmegaConf.create({"name": "toy", "judge": "locomo"}))
+    with pytest.raises(ValueError, match="not in"):
+        JudgePrompts("exact-match", "judge_locomo")
+    with pytest.raises(ValueError, match="needs `rules`"):
+        JudgePrompts("longmemeval", "judge_longmemeval")
+    with pytest.raises(ValueError, match="takes none"):
+        JudgePrompts("locomo", "judge_locomo", official_src="/somewhere")
+    assert lme_prompts().version == lme_prompts().version != locomo_prompts().version
 
 
 def test_prompt_override_by_path(tmp_path):
     custom = tmp_path / "mine.txt"
     custom.write_text("Q={question} A={answer} R={response}")
-    prompts = JudgePrompts(locomo=str(custom))
-    assert prompts.messages("locomo", question(), "r")[0]["content"] == "Q=How many days ago? A=19 days R=r"
-    assert prompts.version != JudgePrompts().version
+    prompts = locomo_prompts(str(custom))
+    assert prompts.messages(question(), "r")[0]["content"] == "Q=How many days ago? A=19 days R=r"
+    assert prompts.version != locomo_prompts().version
+    assert prompts.source() == str(custom.resolve()) and locomo_prompts().source() == "lazymem"
 
 
 def test_contains_reference_cross_check():
@@ -138,26 +154,24 @@ def fake_checkout(root: Path, text: str = FAKE_OFFICIAL) -> Path:
 
 def test_official_prompts_come_from_the_users_checkout(tmp_path):
     path = fake_checkout(tmp_path)
-    prompts = JudgePrompts(official_longmemeval=str(tmp_path))
-    text = prompts.messages("longmemeval", question(), "18 days")[0]["content"]
+    prompts = lme_prompts(str(tmp_path))
+    text = prompts.messages(question(), "18 days")[0]["content"]
     assert text == "Grade this [temporal-reasoning] Q=How many days ago? A=19 days R=18 days"
-    abst = prompts.messages("longmemeval", question(abstention=True), "unknown")[0]["content"]
+    abst = prompts.messages(question(abstention=True), "unknown")[0]["content"]
     assert abst.startswith("Grade this [abstention]")
-    assert prompts.source("longmemeval") == f"official:{path.resolve()}"
-    assert prompts.source("locomo") == "lazymem"  # LoCoMo keeps our prompt
-    assert prompts.messages("locomo", question(), "x") == JudgePrompts().messages("locomo", question(), "x")
+    assert prompts.source() == f"official:{path.resolve()}"
     version = prompts.version
-    assert version != JudgePrompts().version
+    assert version != lme_prompts().version
     fake_checkout(tmp_path, FAKE_OFFICIAL.replace("Grade this", "Grade that"))
-    assert JudgePrompts(official_longmemeval=str(tmp_path)).version != version  # the file's hash
+    assert lme_prompts(str(tmp_path)).version != version  # the file's hash
 
 
 def test_official_prompts_fail_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"official_src=.*evaluate_qa\.py not found"):
-        JudgePrompts(official_longmemeval=str(tmp_path))
+        lme_prompts(str(tmp_path))
     fake_checkout(tmp_path, "import openai\n\ndef other():\n    return 1\n")
     with pytest.raises(ValueError, match=r"defines no get_anscheck_prompt\(\)"):
-        JudgePrompts(official_longmemeval=str(tmp_path))
+        lme_prompts(str(tmp_path))
 
 
 class FakeClient:
@@ -180,7 +194,7 @@ def compose_paper(*overrides):
 def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
     cfg = compose_paper()
     client = FakeClient("Yes")
-    lme = Judge.from_config(client, cfg, cfg.benchmarks.longmemeval)
+    lme = Judge.from_config(client, cfg.benchmarks.longmemeval)
     correct, raw, _ = asyncio.run(lme(question(), "19 days"))
     assert (correct, raw) == (True, "Yes")
     assert client.calls[-1]["max_tokens"] == 10  # the official script's budget, as a decoding override
@@ -188,7 +202,7 @@ def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
     assert ident["style"] == "longmemeval" and ident["prompts"] == "lazymem" and ident["max_tokens"] == 10
     assert ident["model"] == "judge-model" and "contains 'yes'" in ident["decision_rule"]
     assert ident["metrics"] == []
-    locomo = Judge.from_config(FakeClient("CORRECT"), cfg, cfg.benchmarks.locomo)
+    locomo = Judge.from_config(FakeClient("CORRECT"), cfg.benchmarks.locomo)
     assert locomo.style == "locomo" and locomo.identity["metrics"] == ["f1"]
     assert locomo.identity["max_tokens"] == 256  # null budget: the judge role's own
     asyncio.run(locomo(question(type="single-hop"), "x"))
@@ -197,8 +211,8 @@ def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
     assert locomo.scores(single, "A red bicycle!") == {"f1": 1.0}
     assert locomo.scores(single, "") == {"f1": 0.0}
     fake_checkout(tmp_path)
-    cfg = compose_paper(f"judge.longmemeval.official_src={tmp_path}", "judge.style=longmemeval")
-    official = Judge.from_config(FakeClient("no"), cfg, cfg.benchmarks.locomo)  # style override
+    cfg = compose_paper(f"benchmarks.longmemeval.judge.official_src={tmp_path}")
+    official = Judge.from_config(FakeClient("no"), cfg.benchmarks.longmemeval)
     assert official.style == "longmemeval" and official.identity["prompts"].startswith("official:")
     assert len(official.identity["prompts_sha256"]) == 64
     line = describe_judge(official.identity)
@@ -224,7 +238,7 @@ def test_cli_runs_record_their_judge_and_score_locomo_f1(tmp_path, locomo_file):
         env=env,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads((tmp_path / "locomo" / "summary.json").read_text())
+    (summary,) = read_summary(tmp_path / "locomo")["benchmarks"].values()
     assert summary["judge"]["style"] == "locomo" and summary["judge"]["metrics"] == ["f1"]
     assert summary["judge"]["model"] == "smollm2-135m" and summary["judge"]["prompts"] == "lazymem"
     records = [json.loads(x) for x in (tmp_path / "locomo" / "records.jsonl").read_text().splitlines()]
@@ -239,13 +253,26 @@ def test_cli_runs_record_their_judge_and_score_locomo_f1(tmp_path, locomo_file):
     assert "## f1" in results and "judge: smollm2-135m, locomo style" in results
 
     fake_checkout(tmp_path / "LongMemEval")
-    official = f"judge.longmemeval.official_src={tmp_path / 'LongMemEval'}"
+    official = f"data.judge.official_src={tmp_path / 'LongMemEval'}"
     out = run_cli(*common, official, "data.limit=1", f"hydra.run.dir={tmp_path}/lme", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads((tmp_path / "lme" / "summary.json").read_text())
+    (summary,) = read_summary(tmp_path / "lme")["benchmarks"].values()
     judge = summary["judge"]
     assert judge["style"] == "longmemeval" and judge["max_tokens"] == 10 and judge["metrics"] == []
     assert judge["prompts"] == f"official:{(tmp_path / 'LongMemEval' / OFFICIAL_FILE).resolve()}"
     records = [json.loads(x) for x in (tmp_path / "lme" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["correct"] == parse_label("longmemeval", r["judge_raw"]) for r in records)
     assert "f1" not in summary["methods"]["oracle_turn"]
+
+
+def test_a_judge_reply_without_final_text_is_an_error_not_a_label():
+    from lazymem.construct.processor import StageError
+    from lazymem.llm.completion import Completion
+
+    class ThinkingOnly(FakeClient):
+        async def chat(self, messages, **kwargs):
+            return Completion("<think>the response seems", finish_reason="length")
+
+    judge = Judge(ThinkingOnly(""), lme_prompts(), max_tokens=10)
+    with pytest.raises(StageError, match="no final text"):
+        asyncio.run(judge(question(), "19 days"))

@@ -13,6 +13,7 @@ import pytest
 
 from lazymem.llm.cache import LLMCache
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient, MissingApiKey, json_schema_format
+from lazymem.llm.completion import Completion, split_thinking
 
 MSGS = [{"role": "user", "content": "hi"}]
 
@@ -187,7 +188,11 @@ def test_retry_after_header_is_honoured(api):
 def test_concurrency_bound_is_respected(api):
     srv = api(lambda n, b: (200, reply("echo " + b["messages"][0]["content"]), 0.15, {}))
     c = client(srv.url, concurrency=3)
-    outs = run(c.chat_many([[{"role": "user", "content": str(i)}] for i in range(12)]))
+
+    async def many():
+        return await asyncio.gather(*(c.chat([{"role": "user", "content": str(i)}]) for i in range(12)))
+
+    outs = run(many())
     assert all(o.ok for o in outs) and len(srv.bodies) == 12
     assert srv.max_inflight == 3
     assert [o.text for o in outs] == [f"echo {i}" for i in range(12)]  # input order
@@ -222,6 +227,52 @@ def test_reasoning_is_separated_from_the_answer(api):
     c = client(srv.url)
     outs = [run(c.chat([{"role": "user", "content": str(i)}])) for i in range(3)]
     assert [(o.text, o.reasoning) for o in outs] == [("42", "think hard"), ("42", "hmm"), ("42", "r")]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>a b</think>\n[1]", ("a b", "[1]")),
+        ("a b</think>[1]", ("a b", "[1]")),
+        ("</think>\n\n[1]", ("", "[1]")),
+        ("<think>a b", ("a b", "")),
+        ("  [1]  ", ("", "[1]")),
+        ("<think>\n</think>", ("", "")),
+    ],
+)
+def test_split_thinking(text, expected):
+    assert split_thinking(text) == expected
+
+
+def test_thinking_without_a_final_answer_is_output_not_an_error(api):
+    """Stopped while thinking: the caller (gate, judge) judges it; a reply with nothing at all fails."""
+    answers = [
+        reply("<think>still going", finish="length"),
+        reply(None, reasoning="r", finish="length"),
+        reply(""),
+    ]
+    srv = api(lambda n, b: (200, answers[n], 0, {}))
+    c = client(srv.url, max_retries=0)
+    unclosed, parsed, empty = (run(c.chat([{"role": "user", "content": str(i)}])) for i in range(3))
+    assert unclosed.ok and (unclosed.text, unclosed.reasoning) == ("", "still going")
+    assert parsed.ok and (parsed.text, parsed.reasoning) == ("", "r")
+    assert not empty.ok and empty.error == "empty completion (finish_reason=stop)"
+    # the format gate reads the output as written: an unclosed block stays unclosed
+    assert unclosed.generated == "<think>\nstill going" and parsed.generated == "<think>\nr"
+    assert Completion("[]", reasoning="r").generated == "<think>\nr\n</think>\n\n[]"
+    assert Completion("[]").generated == "[]"
+
+
+def test_a_cache_entry_with_raw_thinking_is_split_on_the_hit(api, tmp_path):
+    """Entries written before the split lived in Completion hold the <think> block in the text."""
+    srv = api(lambda n, b: (200, reply("fresh"), 0, {}))
+    cache = LLMCache(tmp_path / "llm.sqlite")
+    c = client(srv.url, cache=cache)
+    body, extra = c.request(MSGS, c.cfg.decoding, None, 0)
+    old = {"text": "<think>old thoughts</think>\n\nold answer", "reasoning": None, "finish_reason": "stop"}
+    cache.put(c.key(body, extra, "v1", 0), old, "m")
+    hit = run(c.chat(MSGS, prompt_version="v1"))
+    assert hit.cached and (hit.text, hit.reasoning) == ("old answer", "old thoughts") and not srv.bodies
 
 
 def test_cache_hit_skips_the_server_and_samples_are_distinct(api, tmp_path):

@@ -11,8 +11,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
-from lazymem.llm import roles
-from lazymem.llm.roles import LLMSet, ServerRegistry, choose_backend, role_config
+from lazymem.llm import backends
+from lazymem.llm.backends import AutoBackend, EndpointBackend, LlamaCppBackend, VllmBackend, get_backend
+from lazymem.llm.roles import LLMSet, ServerRegistry, role_config
 
 CONF = CONF_DIR
 
@@ -34,11 +35,14 @@ class StubRegistry:
         self.calls: list[tuple] = []
         self.options: dict[tuple, dict] = {}
 
-    def get(self, backend, model, served_name, options=None):
-        self.calls.append((backend, model, served_name, json.dumps(options or {}, sort_keys=True)))
-        self.options[self.calls[-1]] = options or {}
-        base = (options or {}).get("base_url") or f"http://127.0.0.1:{8000 + len(set(self.calls))}/v1"
-        return SimpleNamespace(base_url=base, served_name=served_name)
+    def get(self, backend):
+        options = backend.options
+        self.calls.append(
+            (backend.name, backend.model, backend.served_name, json.dumps(options, sort_keys=True))
+        )
+        self.options[self.calls[-1]] = options
+        base = options.get("base_url") or f"http://127.0.0.1:{8000 + len(set(self.calls))}/v1"
+        return SimpleNamespace(base_url=base, served_name=backend.served_name)
 
     def close(self):
         pass
@@ -57,7 +61,7 @@ def test_cpu_roles_share_the_bundled_qwen_on_llamacpp(tmp_path):
         ("llamacpp", "bundled:smollm2-135m", "smollm2-135m"),
     }
     assert clients["memory_small"].cfg.served_name == "smollm2-135m"
-    assert all(c.cfg.dialect == "llamacpp" and c.cfg.api_key_env is None for c in clients.values())
+    assert all(c.cfg.dialect.name == "llamacpp" and c.cfg.api_key_env is None for c in clients.values())
     assert clients["memory"].cfg.structured and not clients["answer"].cfg.structured
     assert clients["judge"].cfg.decoding.temperature == 0.0
     assert "sha256:1d9614638d" in clients["memory"].cfg.model_id
@@ -71,12 +75,15 @@ def test_paper_roles(tmp_path, monkeypatch):
     llms = LLMSet(cfg, tmp_path, registry=reg)
     mem, ans, judge, rj = llms["memory"], llms["answer"], llms["judge"], llms["reward_judge"]
     vllm_calls = {c for c in reg.calls if c[0] == "vllm"}
-    assert len(vllm_calls) == 1  # memory, answer and reward judge: one Qwen3-32B server
-    assert mem.cfg.concurrency == 64 and mem.cfg.decoding.thinking is True and mem.cfg.dialect == "vllm"
+    assert len(vllm_calls) == 1  # memory and answer: one Qwen3-32B server
+    assert mem.cfg.concurrency == 64 and mem.cfg.decoding.thinking is True and mem.cfg.dialect.name == "vllm"
     assert ans.cfg.base_url == mem.cfg.base_url
     assert judge.cfg.base_url == "https://api.deepseek.com/v1" and judge.cfg.api_key_env == "DEEPSEEK_API_KEY"
     assert judge.cfg.decoding.temperature == 0.0 and judge.cfg.decoding.thinking is None
     assert (rj.cfg.decoding.max_tokens, rj.cfg.decoding.thinking_budget, rj.cfg.timeout_s) == (1024, 512, 180)
+    # RL's reward workers reach one hand-started vLLM judge server; it takes vLLM's thinking budget
+    assert rj.cfg.base_url == "http://127.0.0.1:8000/v1" and rj.cfg.dialect.name == "vllm"
+    assert rj.cfg.model_id == "http://127.0.0.1:8000/v1#qwen3-32b" and rj.cfg.api_key_env is None
     assert "sk-test" not in OmegaConf.to_yaml(OmegaConf.create(cfg))
 
 
@@ -104,14 +111,54 @@ def test_cache_can_be_disabled(tmp_path):
 
 
 def test_auto_backend(monkeypatch, tmp_path):
-    rc = {"backend": "auto", "model": str(tmp_path), "fallback_gguf": "bundled:qwen2.5-0.5b"}
-    monkeypatch.setattr(roles, "has_gpu", lambda: True)
-    assert choose_backend(rc) == ("vllm", str(tmp_path))
-    assert choose_backend({**rc, "model": "Qwen/Qwen3-32B"})[0] == "llamacpp"  # not a local directory
-    monkeypatch.setattr(roles, "has_gpu", lambda: False)
-    assert choose_backend(rc) == ("llamacpp", "bundled:qwen2.5-0.5b")
+    rc = {
+        "backend": "auto",
+        "model": str(tmp_path),
+        "fallback_gguf": "bundled:qwen2.5-0.5b",
+        "served_name": "m",
+    }
+
+    def chosen(**changes):
+        b = get_backend({**rc, **changes}).resolve()
+        return type(b), b.model
+
+    monkeypatch.setattr(backends, "has_gpu", lambda: True)
+    assert chosen() == (VllmBackend, str(tmp_path))
+    assert chosen(model="Qwen/Qwen3-32B")[0] is LlamaCppBackend  # not a local directory
+    monkeypatch.setattr(backends, "has_gpu", lambda: False)
+    assert chosen() == (LlamaCppBackend, "bundled:qwen2.5-0.5b")
     with pytest.raises(ValueError, match="no GGUF"):
-        choose_backend({"backend": "auto", "model": str(tmp_path)})
+        chosen(fallback_gguf=None)
+    assert get_backend({**rc, "fallback_gguf": None}).problems("llm.roles.x")[0].startswith("llm.roles.x: ")
+    assert isinstance(get_backend(rc), AutoBackend) and not AutoBackend.needs_gpu
+
+
+def test_backends_own_their_dialect_gpu_need_and_preflight_problems(tmp_path, monkeypatch):
+    base = {"served_name": "m", "model": str(tmp_path / "missing")}
+    vllm, llama = get_backend({**base, "backend": "vllm"}), get_backend({**base, "backend": "llamacpp"})
+    assert (vllm.dialect.name, vllm.needs_gpu, llama.dialect.name, llama.needs_gpu) == (
+        "vllm",
+        True,
+        "llamacpp",
+        False,
+    )
+    assert "not a local model directory" in vllm.problems("llm.roles.a")[0] and llama.problems("w") == []
+    assert get_backend({"backend": "vllm", "served_name": "m"}).problems("w", "stages.rl") == [
+        "w.model is not set: pass stages.rl=... (a model directory or a GGUF)"
+    ]
+    monkeypatch.delenv("NO_SUCH_KEY_ENV", raising=False)
+    ep = get_backend(
+        {"backend": "endpoint", "served_name": "m", "api_key_env": "NO_SUCH_KEY_ENV", "dialect": "llamacpp"}
+    )
+    assert isinstance(ep, EndpointBackend) and ep.dialect.name == "llamacpp" and not ep.needs_model
+    assert ep.problems("w") == [
+        "w.base_url is not set",
+        "w needs an API key: export NO_SUCH_KEY_ENV=... (it is read from the environment only)",
+    ]
+    with pytest.raises(ValueError, match="dialect = 'tgi'"):
+        get_backend({"backend": "endpoint", "dialect": "tgi"})
+    with pytest.raises(ValueError, match="not a subclass"):
+        get_backend({"backend": "json.JSONDecoder"})
 
 
 def test_role_config_merges_common_and_rejects_unknowns():
@@ -128,9 +175,13 @@ def test_role_config_merges_common_and_rejects_unknowns():
 
 def test_registry_reuses_servers_by_spec(tmp_path):
     reg = ServerRegistry(tmp_path)
-    a = reg.get("endpoint", "", "m", {"base_url": "http://x/v1"})
-    assert reg.get("endpoint", "", "m", {"base_url": "http://x/v1"}) is a
-    assert reg.get("endpoint", "", "m", {"base_url": "http://y/v1"}) is not a
+
+    def endpoint(url):
+        return get_backend({"backend": "endpoint", "base_url": url, "served_name": "m", "model": "ignored"})
+
+    a = reg.get(endpoint("http://x/v1"))
+    assert reg.get(endpoint("http://x/v1")) is a
+    assert reg.get(endpoint("http://y/v1")) is not a
     assert len(reg) == 2
     reg.close()
     assert len(reg) == 0

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from lazymem.eval.metrics import summarize
+from lazymem.eval.summary import read_summary, summary, write_summary
 from lazymem.report.collect import load_run, rows
 from lazymem.report.tables import build_tables, load_references
 
@@ -40,6 +41,11 @@ def _records(method, n_ok, correct, tokens, total):
             "memory_tokens": tokens,
             "gold_idx": [1],
             "shown": [1],
+            "retrieved": [1],
+            "retrieval_scores": [0.5],
+            "windows": [],
+            "decided": [],
+            "detail": {},
             "latency_s": {"retrieval": 0.5, "answer": total - 0.5, "judge": 1.0, "total": total},
             "scores": {"f1": float(i < correct)},
         }
@@ -62,8 +68,10 @@ JUDGE = {
 
 
 def test_tables_put_paper_numbers_beside_ours(tmp_path):
-    summaries = {
+    benchmarks = {
         "locomo": {
+            "dataset": "locomo",
+            "resume_dropped": {},
             "judge": JUDGE,
             "methods": {
                 "rag_top20": summarize(_records("rag_top20", 4, 3, 100, 2.0) + [FAILED]),
@@ -75,6 +83,7 @@ def test_tables_put_paper_numbers_beside_ours(tmp_path):
                             "type": "temporal",
                             "status": "not_applicable",
                             "error": "n/a",
+                            "scores": {},
                         }
                     ]
                 ),
@@ -83,7 +92,7 @@ def test_tables_put_paper_numbers_beside_ours(tmp_path):
         },
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
-    (tmp_path / "summary.json").write_text(json.dumps(summaries))
+    write_summary(tmp_path, summary("main_table", benchmarks))
     tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}
     assert set(tables) == {"table1_locomo", "table7_memory_tokens", "table8_locomo"}
     t1 = tables["table1_locomo"]  # method, n, judged, errors, temporal, LJ, LJ CI (no records), LJ judged, F1
@@ -141,9 +150,11 @@ def test_cpu_main_table_on_synthetic_data(tmp_path):
         timeout=2400,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert list(summary) == ["longmemeval"] and set(summary["longmemeval"]["methods"]) == METHODS
-    assert all(s["ok"] == 1 for s in summary["longmemeval"]["methods"].values())
+    found = read_summary(tmp_path)
+    assert found["task"] == "main_table" and list(found["benchmarks"]) == ["longmemeval"]
+    methods = found["benchmarks"]["longmemeval"]["methods"]
+    assert set(methods) == METHODS and all(s["ok"] == 1 for s in methods.values())
+    assert found["llm"]["answer"]["calls"] >= len(METHODS)
     assert "### Table 1 (longmemeval)" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "table1_longmemeval.csv").exists() and (tmp_path / "table7_memory_tokens.csv").exists()
 
@@ -159,7 +170,7 @@ def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
         timeout=2400,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = read_summary(tmp_path)["benchmarks"]
     for bench in ("longmemeval", "locomo"):
         assert set(summary[bench]["methods"]) == METHODS
         recs = [json.loads(x) for x in (tmp_path / bench / "records.jsonl").read_text().splitlines()]

@@ -229,6 +229,14 @@ def test_nanomemory_failed_call_raises_stage_error(nano_ctx):
 def test_nanomemory_needs_a_dense_retriever():
     with pytest.raises(RuntimeError, match="dense"):
         run(NanoMemory().build(ask(), NANO, Context(llms={"memory": ScriptedLLM("x")})))
+    from lazymem.retrieval.bm25 import BM25Retriever
+    from lazymem.retrieval.hybrid import HybridRetriever
+
+    bm25_only = Context(
+        retriever=HybridRetriever({"bm25": BM25Retriever()}), llms={"memory": ScriptedLLM("x")}
+    )
+    with pytest.raises(ValueError, match=r"no dense retriever named 'dense'.*\['bm25'\]"):
+        run(NanoMemory().build(ask(), NANO, bm25_only))
 
 
 def test_copied_from_matches_verbatim_fragments_only():

@@ -14,8 +14,8 @@ def rec(
     tokens=10,
     gold=(1,),
     shown=(1,),
-    decided=None,
-    windows=None,
+    decided=(),
+    windows=(),
     lat=1.0,
 ):
     r = {
@@ -23,6 +23,7 @@ def rec(
         "method": "m",
         "type": qtype,
         "abstention": abstention,
+        "scores": {},
         "status": status,
         "error": None if status == "ok" else "answer model call failed: 500",
     }
@@ -39,11 +40,12 @@ def rec(
                 "judge": 0.5,
                 "total": 2.1 + lat,
             },
+            "retrieved": [],
+            "retrieval_scores": [],
+            "windows": list(windows),
+            "decided": list(decided),
+            "detail": {},
         }
-        if decided is not None:
-            r["decided"] = decided
-        if windows is not None:
-            r["windows"] = windows
     return r
 
 
@@ -105,12 +107,8 @@ def test_construction_and_evidence_against_gold():
 
 
 def test_results_render_every_method_and_stage():
-    summary = {
-        "dataset": "synthetic",
-        "methods": {"m": summarize(RECORDS), "empty": summarize([])},
-        "llm": {"answer": {"calls": 7, "cache_hits": 2, "errors": 1}},
-    }
-    md = render_results(summary)
+    bench = {"dataset": "synthetic", "methods": {"m": summarize(RECORDS), "empty": summarize([])}}
+    md = render_results(bench, llm={"answer": {"calls": 7, "cache_hits": 2, "errors": 1}})
     assert "| m | 0.33 | 0.67 | 0.50 | 0.50 | 1.00 | 0.75 | – | 6 | 4 | 2 |" in md
     assert "judge: not recorded" in md and "## f1" not in md
     assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md

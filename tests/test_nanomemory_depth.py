@@ -7,6 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR as CONF
+from lazymem.eval.summary import read_summary
 
 from conftest import run_cli
 
@@ -62,10 +63,11 @@ def test_depth_sweep_on_cpu_and_table5(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     tokens = {}
     for job in sorted(p for p in sweep.iterdir() if p.is_dir()):
-        summary = json.loads((job / "summary.json").read_text())["methods"]["nanomemory"]
+        (bench,) = read_summary(job)["benchmarks"].values()
+        summary = bench["methods"]["nanomemory"]
         assert summary["errors"] == 0 and summary["latency_s"]["processing"]["n"] == 1
         records = [json.loads(line) for line in (job / "records.jsonl").read_text().splitlines()]
-        tokens[job.name] = records[0]["session_tokens"]
+        tokens[job.name] = records[0]["detail"]["session_tokens"]
     assert len(tokens) == 2
 
     report = tmp_path / "report"

@@ -7,9 +7,10 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lazymem import tracking
 from lazymem.conf import CONF_DIR as CONF
 from lazymem.eval.perturb import summarize, variant_names, variants
+from lazymem.eval.summary import read_summary
+from lazymem.tracking import outputs
 
 from conftest import run_cli
 
@@ -115,15 +116,15 @@ def test_perturbation_on_cpu_and_table12(tmp_path):
         gold = set(full[r["qid"]]["shown"])
         shown = set(r["shown"])
         assert shown <= gold if "drop" in r["variant"] else shown >= gold
-    table = json.loads((run_dir / "summary.json").read_text())["perturbation"]
+    table = read_summary(run_dir)["tables"]["perturbation"]
     assert table["questions"] == 1 and table["errors"] == 0
     rows = table["variants"]
     assert rows["drop_all_gold"]["input_tokens"] < rows["full_gold"]["input_tokens"]
     assert rows["add_all_nongold"]["input_tokens"] > rows["add_1_nongold"]["input_tokens"]
     # what W&B gets from the run directory: Table 12's numbers as summary keys, the table, the records
-    logged = tracking.outputs_summary(run_dir)
+    logged = outputs.outputs_summary(run_dir)
     assert logged["perturbation/variants/drop_one_gold/accuracy"] == rows["drop_one_gold"]["accuracy"]
-    assert (run_dir / "table12_ours.csv").is_file() and "records" in tracking.records_files(run_dir)
+    assert (run_dir / "table12_ours.csv").is_file() and "records" in outputs.records_files(run_dir)
 
     report = tmp_path / "report"
     r = run_cli("task=report", f"report.inputs=[{run_dir}]", f"hydra.run.dir={report}")

@@ -82,6 +82,15 @@ def test_wrong_count_is_not_salvaged():
     assert w.gate_error == "wrong_count" and w.outcome == "fallback"
 
 
+def test_thinking_is_recorded_and_a_reply_cut_off_while_thinking_fails_the_gate():
+    """The gate reads the reply as the model wrote it, whether the server split the thinking or not."""
+    (w,) = run(Scripted(Completion(valid(3), reasoning="window 5 is small talk")))
+    assert w.outcome == "gate_ok" and (w.thinking, w.raw) == ("window 5 is small talk", valid(3))
+    cut = Completion("", reasoning="still weighing message 4", finish_reason="length")
+    (w,) = run(Scripted(cut), PAPER)
+    assert (w.outcome, w.gate_error, w.thinking) == ("invalid", "truncated", "still weighing message 4")
+
+
 def test_api_failure_is_a_stage_error():
     with pytest.raises(StageError, match="memory model call failed"):
         run(Scripted(Completion(text="", error="HTTP 500 after 4 attempts")))

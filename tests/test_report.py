@@ -8,6 +8,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from lazymem.eval.metrics import summarize
+from lazymem.eval.summary import SummaryError, summary, write_summary
 from lazymem.report.collect import find_runs, load_runs, rows
 from lazymem.report.dashboard import render
 from lazymem.report.plots import make_plots, pareto_frontier
@@ -29,8 +30,11 @@ def _record(qid, method, qtype, correct, tokens, total, windows=None, gold=(3,))
         "gold_idx": list(gold),
         "retrieved": [3, 9],
         "shown": [3] if correct else [9],
-        "decided": [2, 3, 4] if windows else None,
+        "retrieval_scores": [0.9, 0.5],
+        "decided": [2, 3, 4] if windows else [],
         "windows": windows or [],
+        "detail": {},
+        "scores": {},
         "memory": f"memory of {qid} {EVIL}",
         "answer": f"answer {qid}",
         "answer_thinking": "thinking...",
@@ -66,12 +70,9 @@ def _write_run(path, w, records, stage=None):
     by_method = {}
     for r in records:
         by_method.setdefault(r["method"], []).append(r)
-    summary = {
-        "dataset": "longmemeval",
-        "methods": {m: summarize(rs) for m, rs in by_method.items()},
-        "llm": {},
-    }
-    (path / "summary.json").write_text(json.dumps(summary))
+    methods = {m: summarize(rs) for m, rs in by_method.items()}
+    bench = {"dataset": "longmemeval", "judge": {}, "methods": methods, "resume_dropped": {}}
+    write_summary(path, summary("evaluate", {"longmemeval": bench}))
     (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -97,15 +98,21 @@ def sweep(tmp_path):
 
 def test_find_runs_in_sweep_and_main_table_layout(sweep, tmp_path):
     mt = tmp_path / "mt"
-    _write_run(mt / "longmemeval", 1, _records(1))  # borrow a summary, then nest it as task=main_table does
-    (mt / "config.yaml").write_text((mt / "longmemeval" / "config.yaml").read_text())
-    (mt / "longmemeval" / "config.yaml").unlink()
-    nested = {"longmemeval": json.loads((mt / "longmemeval" / "summary.json").read_text())}
-    (mt / "summary.json").write_text(json.dumps(nested))
+    _write_run(mt / "longmemeval", 1, _records(1))  # then move config and summary up, as task=main_table
+    for name in ("config.yaml", "summary.json"):  # writes them, the records staying in the benchmark's folder
+        (mt / "longmemeval" / name).rename(mt / name)
     found = find_runs([sweep, mt])
     assert [p.name for p in found] == ["0", "1", "mt"]
     runs = load_runs([mt])
     assert list(runs[0].summaries) == ["longmemeval"] and len(runs[0].records["longmemeval"]) == 4
+    assert runs[0].summary["task"] == "evaluate" and load_runs([sweep])[0].records["longmemeval"]
+
+
+def test_a_summary_of_an_unknown_shape_is_an_error_naming_the_file(sweep):
+    old = {"dataset": "longmemeval", "methods": {}}  # a summary of lazymem before eval/summary.py
+    (sweep / "1" / "summary.json").write_text(json.dumps(old))
+    with pytest.raises(SummaryError, match=r"sweep/1/summary.json: not a lazymem summary \(no 'task'"):
+        load_runs([sweep])
 
 
 def test_rows_carry_w_and_all_at_n_from_windows(sweep):

@@ -16,13 +16,116 @@ from lazymem.retrieval.hybrid import HybridRetriever
 from lazymem.retrieval.rerank import FlagReranker, NoReranker
 
 CONF = CONF_DIR
-PRESETS = ["hybrid", "bm25", "dense", "paper_gpu"]
+PRESETS = ["hybrid", "bm25", "dense", "paper_gpu", "hybrid_tuned"]
+# every retrieval config file: the presets and the components they compose (retriever/, fusion/, reranker/)
+RETRIEVAL_FILES = sorted(str(p.relative_to(CONF / "retrieval")) for p in (CONF / "retrieval").rglob("*.yaml"))
 
 
 def compose_preset(name, *overrides):
-    # No config_name: compose only the retrieval group, whatever conf/config.yaml holds.
+    # No config_name: compose only the retrieval and paths groups, whatever conf/config.yaml holds.
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(overrides=[f"+retrieval={name}", *overrides]).retrieval
+        return compose(overrides=[f"+retrieval={name}", "+paths=default", *overrides]).retrieval
+
+
+def flat(node, prefix=""):
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+# The resolved hybrid preset as it was when every preset still spelled out its components in full; the
+# other presets as their differences to it. Composing from per-component files must not change them.
+HYBRID = {
+    "_target_": "lazymem.retrieval.hybrid.HybridRetriever",
+    "n": 50,
+    "rerank_candidates": None,
+    "max_cached_indexes": 16,
+    "parallel": False,
+    "fusion._target_": "lazymem.retrieval.fusion.RRF",
+    "fusion.k": 60,
+    "fusion.depth.bm25": 100,
+    "fusion.depth.dense": 100,
+    "fusion.weights.bm25": 1.0,
+    "fusion.weights.dense": 1.0,
+    "reranker._target_": "lazymem.retrieval.rerank.NoReranker",
+    "retrievers.bm25._target_": "lazymem.retrieval.bm25.BM25Retriever",
+    "retrievers.bm25.backend": "bm25s",
+    "retrievers.bm25.k1": 1.5,
+    "retrievers.bm25.b": 0.75,
+    "retrievers.bm25.method": "lucene",
+    "retrievers.bm25.template": "{text}",
+    "retrievers.bm25.lowercase": True,
+    "retrievers.bm25.stopwords": "en",
+    "retrievers.bm25.stemmer": None,
+    "retrievers.bm25.token_pattern": r"(?u)\b\w+\b",
+    "retrievers.dense._target_": "lazymem.retrieval.dense.DenseRetriever",
+    "retrievers.dense.template": "{text}",
+    "retrievers.dense.query_template": "{query}",
+    "retrievers.dense.commit_every": 256,
+    "retrievers.dense.encoder._target_": "lazymem.retrieval.dense.SentenceEncoder",
+    "retrievers.dense.encoder.model": "bundled:all-minilm-l6-v2",
+    "retrievers.dense.encoder.device": "auto",
+    "retrievers.dense.encoder.batch_size": 64,
+    "retrievers.dense.encoder.max_seq_length": None,
+    "retrievers.dense.encoder.offline": True,
+    "retrievers.dense.encoder.trust_remote_code": False,
+    "retrievers.dense.encoder.model_kwargs": {},
+    "retrievers.dense.encoder.cache_tag": "",
+    "retrievers.dense.cache._target_": "lazymem.retrieval.embed_cache.EmbeddingCache",
+    "retrievers.dense.cache.dir": "/cache/embeddings",
+}
+QWEN3_QUERY = (
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:{query}"
+)
+# preset -> (key prefixes of HYBRID it lacks, keys it sets differently or adds)
+DIFFERENCES = {
+    "hybrid": ((), {}),
+    "hybrid_tuned": ((), {"retrievers.bm25.template": "{time} {role}: {text}"}),
+    "bm25": (("retrievers.dense.", "fusion.depth.dense", "fusion.weights."), {"fusion.depth.bm25": None}),
+    "dense": (("retrievers.bm25.", "fusion.depth.bm25", "fusion.weights."), {"fusion.depth.dense": None}),
+    "paper_gpu": (
+        ("retrievers.dense.encoder.model_kwargs",),
+        {
+            "parallel": True,
+            "retrievers.bm25.backend": "rank_bm25",
+            "retrievers.dense.query_template": QWEN3_QUERY,
+            "retrievers.dense.encoder.model": "Qwen/Qwen3-Embedding-8B",
+            "retrievers.dense.encoder.batch_size": 16,
+            "retrievers.dense.encoder.max_seq_length": 8192,
+            "retrievers.dense.encoder.model_kwargs.dtype": "bfloat16",
+            "reranker._target_": "lazymem.retrieval.rerank.FlagReranker",
+            "reranker.model": "BAAI/bge-reranker-v2-m3",
+            "reranker.use_fp16": True,
+            "reranker.batch_size": 32,
+            "reranker.max_length": 1024,
+            "reranker.normalize": False,
+            "reranker.devices": None,
+            "reranker.template": "{text}",
+            "reranker.offline": True,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_resolve_as_before_they_were_composed(name, monkeypatch):
+    monkeypatch.setenv("LAZYMEM_CACHE", "/cache")
+    for var in ("LAZYMEM_QWEN3_EMBEDDING_8B", "LAZYMEM_BGE_RERANKER_V2_M3"):
+        monkeypatch.delenv(var, raising=False)
+    dropped, changed = DIFFERENCES[name]
+    expected = {k: v for k, v in HYBRID.items() if not k.startswith(dropped)} | changed
+    assert flat(OmegaConf.to_container(compose_preset(name), resolve=True)) == expected
+
+
+def test_a_component_swaps_from_the_command_line():
+    cfg = compose_preset("hybrid", "retrieval/reranker=bge_m3")
+    assert cfg.reranker._target_ == "lazymem.retrieval.rerank.FlagReranker"
+    cfg = compose_preset("hybrid", "retrieval/retriever@retrieval.retrievers.dense=qwen3_embedding_8b")
+    assert cfg.retrievers.dense.encoder.batch_size == 16 and cfg.retrievers.bm25.backend == "bm25s"
 
 
 def history():
@@ -58,8 +161,8 @@ def test_cpu_presets_instantiate_and_search(name, cache_env):
     assert {"bm25", "dense", "fusion", "rerank"} <= set(result.timings)
 
 
-def test_root_cache_dir_wins_over_the_env(tmp_path):
-    cfg = compose_preset("hybrid", f"+cache_dir={tmp_path / 'root'}")
+def test_paths_cache_wins_over_the_env(tmp_path):
+    cfg = compose_preset("hybrid", f"paths.cache={tmp_path / 'root'}")
     retriever = instantiate(cfg)
     assert retriever.retrievers["dense"].cache.path == tmp_path / "root" / "embeddings" / "embeddings.sqlite"
 
@@ -107,9 +210,9 @@ _KEY = re.compile(r"^(\s*)([A-Za-z_][\w]*):(.*)$")
 _DOCUMENTED_BY_PARENT = {"depth", "weights", "model_kwargs"}
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", RETRIEVAL_FILES)
 def test_every_knob_has_a_comment(name):
-    lines = (CONF / "retrieval" / f"{name}.yaml").read_text().splitlines()
+    lines = (CONF / "retrieval" / name).read_text().splitlines()
     parents: list[tuple[int, str]] = []
     missing = []
     for i, line in enumerate(lines):
@@ -128,5 +231,5 @@ def test_every_knob_has_a_comment(name):
         previous = next((p for p in reversed(lines[:i]) if p.strip()), "")
         if not previous.strip().startswith("#"):
             missing.append(key)
-    assert not missing, f"{name}.yaml: knobs without a comment above: {missing}"
-    assert OmegaConf.load(CONF / "retrieval" / f"{name}.yaml")  # plain YAML too
+    assert not missing, f"{name}: knobs without a comment above: {missing}"
+    assert OmegaConf.load(CONF / "retrieval" / name)  # plain YAML too

@@ -41,6 +41,8 @@ class HashEncoder:
 class FixedRetriever:
     """Always returns the same ranking of list positions: makes fusion and reranking checkable by hand."""
 
+    embedded = 0
+
     def __init__(self, order):
         self.order = order
 

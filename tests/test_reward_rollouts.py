@@ -6,9 +6,9 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lazymem import tracking
 from lazymem.conf import CONF_DIR as CONF
 from lazymem.llm.roles import role_config
+from lazymem.tracking import outputs
 from lazymem.train.diagnostics import load_jsonl, reward_ordering
 
 from conftest import run_cli
@@ -53,7 +53,7 @@ def test_rollouts_and_diagnostic_on_cpu_then_table11(tmp_path):
     result = json.loads((run_dir / "reward_diagnostics.json").read_text())
     assert result["n_rollouts"] == 4 and result["n_prompts"] == 2
     assert result["rewards"] == reward_ordering(rollouts)["rewards"]  # the diagnostic ran on this very file
-    logged = tracking.outputs_summary(run_dir)  # what W&B gets from the run directory
+    logged = outputs.outputs_summary(run_dir)  # what W&B gets from the run directory
     assert logged["reward_diagnostics/n_rollouts"] == 4 and (run_dir / "table11_ours.csv").is_file()
 
     report = tmp_path / "report"

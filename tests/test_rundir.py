@@ -12,13 +12,20 @@ from lazymem.sweep import summarize_sweep
 
 
 def cfg(**over):
-    base = {"w": 2, "resume": False, "cache_dir": "/a", "llm": {"common": {"concurrency": 1, "model": "m"}}}
+    base = {
+        "w": 2,
+        "resume": False,
+        "paths": {"cache": "/a"},
+        "llm": {"common": {"concurrency": 1, "model": "m"}},
+    }
     return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(over))
 
 
 def test_results_keys_are_named_free_keys_are_not():
     stored = OmegaConf.to_container(cfg())
-    new = OmegaConf.to_container(cfg(w=0, cache_dir="/b", llm={"common": {"concurrency": 4, "seed": 1}}))
+    new = OmegaConf.to_container(
+        cfg(w=0, paths={"cache": "/b"}, llm={"common": {"concurrency": 4, "seed": 1}})
+    )
     assert result_changes(stored, new) == ["llm.common.seed: '<absent>' -> 1", "w: 2 -> 0"]
 
 

@@ -1,13 +1,12 @@
 """+experiment=stage_ablation (paper Table 3): one job per training stage, each with its own memory model,
 labelled by `stage` so that task=report builds Table 3 and the accuracy-by-stage plot."""
 
-import json
-
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR as CONF
+from lazymem.eval.summary import read_summary
 
 from conftest import run_cli
 
@@ -21,7 +20,7 @@ def test_each_stage_serves_its_own_checkpoint():
     models = {}
     for stage in ("base", "sft", "rl"):
         cfg = composed(f"stage={stage}", *(f"stages.{s}=/ckpt/{s}" for s in ("base", "sft", "rl")))
-        assert cfg.task == "evaluate" and cfg.method.processor == "memory"
+        assert cfg.task == "evaluate" and cfg.method.role == "memory"
         models[stage] = (cfg.llm.roles.memory.model, cfg.llm.roles.memory.served_name)
     assert models == {s: (f"/ckpt/{s}", f"lazymem-4b-{s}") for s in ("base", "sft", "rl")}
 
@@ -66,7 +65,8 @@ def test_stage_sweep_on_cpu_and_table3(tmp_path):
     for job in ("0", "1"):
         cfg = yaml.safe_load((sweep / job / "config.yaml").read_text())
         served[cfg["stage"]] = cfg["llm"]["roles"]["memory"]["model"]
-        summary = json.loads((sweep / job / "summary.json").read_text())["methods"]["lazymem"]
+        (bench,) = read_summary(sweep / job)["benchmarks"].values()
+        summary = bench["methods"]["lazymem"]
         assert summary["errors"] == 0 and summary["windows"] > 0
     assert served == {"base": "bundled:smollm2-135m", "sft": "bundled:qwen2.5-0.5b"}
     report = tmp_path / "report"

@@ -1,4 +1,5 @@
-"""Run tracking with W&B (lazymem/tracking.py): what gets logged, secrets kept out, offline by default.
+"""Run tracking with W&B (lazymem/tracking/): what gets logged live and at the end, secrets kept out,
+offline by default.
 
 Unit tests use a fake `wandb` module; the others run the real wandb in offline mode (no network) and read
 what it wrote back with a small reader of its transaction log (`run-*.wandb`, leveldb-log records of
@@ -22,6 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from lazymem import tracking
 from lazymem.eval.metrics import summarize
+from lazymem.eval.summary import summary, write_summary
+from lazymem.tracking import outputs
+from lazymem.tracking.live import Live
+from lazymem.tracking.redaction import redacted_argv, wandb_config
+from lazymem.tracking.settings import resolve_mode
 
 from conftest import ROOT, read_wandb, run_cli
 
@@ -36,7 +42,7 @@ QUIET = {"WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true", "WANDB_API_KE
 # --- fixtures: an evaluate-like run directory ------------------------------------------------------
 
 
-def _record(qid, method, qtype, correct, tokens=100, total=2.0, status="ok", answer="an answer"):
+def _record(qid, method, qtype, correct, tokens=100, total=2.0, status="ok", answer="an answer", windows=()):
     return {
         "qid": qid,
         "method": method,
@@ -44,11 +50,15 @@ def _record(qid, method, qtype, correct, tokens=100, total=2.0, status="ok", ans
         "abstention": False,
         "question": f"question {qid}?",
         "reference": "Clover",
+        "query_time": "2023/05/20 (Sat) 10:00",
         "gold_idx": [3],
+        "scores": {},
         "retrieved": [3, 9],
+        "retrieval_scores": [0.9, 0.1],
         "shown": [3],
-        "decided": None,
-        "windows": [],
+        "decided": [],
+        "windows": list(windows),
+        "detail": {},
         "memory": "memory",
         "answer": answer,
         "correct": correct if status == "ok" else None,
@@ -67,24 +77,38 @@ RECORDS = [
 ]
 
 
-def _summary(records=RECORDS) -> dict:
+JUDGE = {"model": "deepseek-v4-pro", "model_id": None, "style": "longmemeval", "prompts": "lazymem",
+         "prompts_sha256": None, "prompt_version": "v1", "decision_rule": "yes/no", "temperature": 0.0,
+         "max_tokens": 10, "metrics": []}  # fmt: skip
+
+
+def _bench(records=RECORDS) -> dict:
     methods = {}
     for r in records:
         methods.setdefault(r["method"], []).append(r)
     return {
         "dataset": "synthetic",
+        "judge": JUDGE,
         "methods": {m: summarize(rs) for m, rs in methods.items()},
-        "llm": {"answer": {"calls": 4, "cache_hits": 1}},
         "resume_dropped": {"errors": 0, "torn_lines": 0},
     }
+
+
+def _summary(**benchmarks) -> dict:
+    return summary(
+        "evaluate", benchmarks or {"synthetic": _bench()}, {"answer": {"calls": 4, "cache_hits": 1}}
+    )
 
 
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
     d = tmp_path / "12-00-00_evaluate_abc"
     d.mkdir()
-    (d / "summary.json").write_text(json.dumps(_summary()))
+    write_summary(d, _summary())
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    (d / "meta.json").write_text(
+        json.dumps({"task": "evaluate", "datasets": [{"name": "synthetic", "sha256": "ab12"}]})
+    )
     (d / "coverage.json").write_text(json.dumps({"n": 50, "radii": {"2": {"all_at_n": 0.75}}}))
     (d / "table1.csv").write_text("method,LJ\nlazymem,0.5\nrag,0.25\n")
     import matplotlib.pyplot as plt
@@ -129,13 +153,23 @@ class Logged:
         self.run = next(r.run for r in recs if r.WhichOneof("record_type") == "run")
         self.config = {u.key: json.loads(u.value_json) for u in self.run.config.update if u.key != "_wandb"}
         self.summary, self.history, self.exit_code = {}, set(), None
+        self.rows: list[tuple[int, dict]] = []  # (step, {key: value}) of each history row
+        self.artifacts = {}  # type -> {path in the artifact: its reference (file:// URI) or ""}
         for r in recs:
             kind = r.WhichOneof("record_type")
             if kind == "summary":
                 for u in r.summary.update:
                     self.summary[u.key or "/".join(u.nested_key)] = json.loads(u.value_json)
             elif kind == "history":
-                self.history |= {i.key or i.nested_key[0] for i in r.history.item}
+                # a scalar: one key; a logged media object: nested keys under its name (`_type`, ...)
+                row = {}
+                for i in r.history.item:
+                    scalar = bool(i.key) or len(i.nested_key) == 1
+                    row[i.key or i.nested_key[0]] = json.loads(i.value_json) if scalar else None
+                self.rows.append((r.history.step.num, row))
+                self.history |= {k for k in row if not k.startswith("_")}
+            elif kind == "artifact":
+                self.artifacts[r.artifact.type] = {e.path: e.ref for e in r.artifact.manifest.contents}
             elif kind == "exit":
                 self.exit_code = r.exit.exit_code
 
@@ -186,75 +220,125 @@ def no_leaked_service():
 # --- unit tests -------------------------------------------------------------------------------------
 
 
-def test_summary_is_flattened_per_method_type_and_stage():
-    flat = tracking.flatten_summary(_summary())
-    assert flat["lazymem/accuracy"] == 0.5
-    assert flat["lazymem/by_type/multi-session/accuracy"] == 1.0
-    assert flat["lazymem/by_type/knowledge-update/accuracy"] == 0.0
-    assert flat["lazymem/latency/total/p95"] == 2.0 and flat["lazymem/latency/retrieval/mean"] == 0.1
-    assert flat["rag/latency/answer/median"] == 1.0 and flat["rag/errors"] == 1
-    assert flat["rag/memory_tokens/mean"] == 9000 and flat["lazymem/memory_tokens/n"] == 2
-    assert flat["lazymem/construction/gold_decided"] == 0
-    assert flat["llm/answer/calls"] == 4 and flat["dataset"] == "synthetic"
+def test_summary_is_flattened_per_benchmark_method_type_and_stage():
+    flat = outputs.flatten_summary(_summary())
+    assert flat["synthetic/lazymem/accuracy"] == 0.5
+    assert flat["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
+    assert flat["synthetic/lazymem/by_type/knowledge-update/accuracy"] == 0.0
+    assert flat["synthetic/lazymem/latency/total/p95"] == 2.0
+    assert flat["synthetic/lazymem/latency/retrieval/mean"] == 0.1
+    assert flat["synthetic/rag/latency/answer/median"] == 1.0 and flat["synthetic/rag/errors"] == 1
+    assert flat["synthetic/rag/memory_tokens/mean"] == 9000 and flat["synthetic/lazymem/memory_tokens/n"] == 2
+    assert flat["synthetic/lazymem/construction/gold_decided"] == 0
+    assert flat["llm/answer/calls"] == 4 and flat["synthetic/dataset"] == "synthetic"
+    assert flat["synthetic/judge/model"] == "deepseek-v4-pro" and flat["task"] == "evaluate"
     assert not any("error_messages" in k or "accuracy_by_type" in k for k in flat)
     assert all(isinstance(v, bool | int | float | str) for v in flat.values())
-    # main_table: {benchmark: summary}
-    both = tracking.flatten_summary({"synthetic": _summary(), "locomo": _summary()})
-    assert both["locomo/lazymem/by_type/multi-session/accuracy"] == 1.0
-    assert both["synthetic/rag/latency/total/p95"] == 1.5
+    both = outputs.flatten_summary(_summary(synthetic=_bench(), locomo=_bench(RECORDS[2:])))
+    assert both["locomo/rag/latency/total/p95"] == 1.5 and "locomo/lazymem/accuracy" not in both
+    assert both["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
+    table = outputs.flatten_summary(summary("perturbation", tables={"perturbation": {"variants": {"a": 1}}}))
+    assert table == {"task": "perturbation", "perturbation/variants/a": 1}
 
 
-def test_model_free_metrics_and_the_judge_are_flattened_like_accuracy():
-    summary = _summary()
-    summary["methods"]["lazymem"] |= {"f1": 0.4, "f1_by_type": {"temporal": 0.25, "single-hop": None}}
-    summary["judge"] = {"model": "deepseek-v4-pro", "max_tokens": 10, "metrics": ["f1"]}
-    flat = tracking.flatten_summary(summary)
-    assert flat["lazymem/f1"] == 0.4 and flat["lazymem/by_type/temporal/f1"] == 0.25
-    assert "lazymem/by_type/single-hop/f1" not in flat and not any("f1_by_type" in k for k in flat)
-    assert flat["judge/model"] == "deepseek-v4-pro" and flat["judge/max_tokens"] == 10
+def test_model_free_metrics_are_flattened_like_accuracy():
+    bench = _bench()
+    bench["methods"]["lazymem"] |= {"f1": 0.4, "f1_by_type": {"temporal": 0.25, "single-hop": None}}
+    flat = outputs.flatten_summary(_summary(locomo=bench))
+    assert flat["locomo/lazymem/f1"] == 0.4 and flat["locomo/lazymem/by_type/temporal/f1"] == 0.25
+    assert "locomo/lazymem/by_type/single-hop/f1" not in flat and not any("f1_by_type" in k for k in flat)
 
 
 def test_record_rows_are_a_fixed_column_subset_with_clipped_text():
-    rows = tracking.record_rows(RECORDS, max_records=3)
-    assert len(rows) == 3 and all(len(r) == len(tracking.RECORD_COLUMNS) for r in rows)
-    row = dict(zip(tracking.RECORD_COLUMNS, rows[0], strict=True))
+    rows = outputs.record_rows(RECORDS, max_records=3)
+    assert len(rows) == 3 and all(len(r) == len(outputs.RECORD_COLUMNS) for r in rows)
+    row = dict(zip(outputs.RECORD_COLUMNS, rows[0], strict=True))
     assert row["method"] == "lazymem" and row["qid"] == "q1" and row["type"] == "multi-session"
     assert row["correct"] is True and row["latency_s"] == 2.0 and row["memory_tokens"] == 100
-    assert len(row["answer"]) == tracking.MAX_CHARS and row["answer"].endswith("…")
-    err = dict(zip(tracking.RECORD_COLUMNS, tracking.record_row(RECORDS[3]), strict=True))
+    assert len(row["answer"]) == outputs.MAX_CHARS and row["answer"].endswith("…")
+    err = dict(zip(outputs.RECORD_COLUMNS, outputs.record_row(RECORDS[3]), strict=True))
     assert err["status"] == "error" and err["error"].startswith("TimeoutError") and err["correct"] is None
-    assert tracking.record_row({"reference": 7, "latency_s": 1.5})[4:9] == ["7", None, None, None, 1.5]
+    assert outputs.record_row({"reference": 7, "latency_s": 1.5})[4:9] == ["7", None, None, None, 1.5]
 
 
 def test_outputs_summary_reads_every_file_and_the_returned_scalars(run_dir):
-    flat = tracking.outputs_summary(run_dir, {"questions": 8, "nested": {"a": 1}, "plots": ["x.png"]})
+    flat = outputs.outputs_summary(run_dir, {"questions": 8, "nested": {"a": 1}, "plots": ["x.png"]})
     assert flat["questions"] == 8 and "nested/a" not in flat and "plots" not in flat
-    assert flat["coverage/radii/2/all_at_n"] == 0.75 and flat["lazymem/accuracy"] == 0.5
-    assert list(tracking.images(run_dir)) == ["plots/tradeoff"]
+    assert flat["coverage/radii/2/all_at_n"] == 0.75 and flat["synthetic/lazymem/accuracy"] == 0.5
+    assert list(outputs.images(run_dir)) == ["plots/tradeoff"]
     (run_dir / "wandb" / "run").mkdir(parents=True)
     (run_dir / "wandb" / "run" / "media.png").write_bytes(b"")
+    assert list(outputs.images(run_dir)) == ["plots/tradeoff"]
     (run_dir / "synthetic").mkdir()
     (run_dir / "synthetic" / "records.jsonl").write_text("")
-    assert list(tracking.images(run_dir)) == ["plots/tradeoff"]
-    assert list(tracking.records_files(run_dir)) == ["records", "synthetic/records"]
+    (run_dir / "model").mkdir()  # not a benchmark: never scanned
+    (run_dir / "model" / "records.jsonl").write_text("")
+    assert list(outputs.records_files(run_dir)) == ["records", "synthetic/records"]
+
+
+def test_a_summary_of_an_unknown_shape_is_one_warning_naming_the_file(run_dir, caplog):
+    (run_dir / "summary.json").write_text(json.dumps({"dataset": "x", "methods": {}}))
+    with caplog.at_level(logging.WARNING, logger="lazymem"):
+        flat = outputs.outputs_summary(run_dir, {"questions": 1})
+    assert (
+        flat["questions"] == 1 and "coverage/n" in flat and not any(k.startswith("synthetic/") for k in flat)
+    )
+    assert f"{run_dir / 'summary.json'}: not a lazymem summary (no 'task'" in caplog.text
+
+
+def test_live_rows_hold_running_accuracy_and_this_question(tmp_path):
+    live = Live()
+    windows = [{"outcome": "gate_ok", "format_ok": True}, {"outcome": "fallback", "format_ok": False}]
+    first = live.row(_record("q1", "lazymem", "x", True, tokens=50, windows=windows), "synthetic")
+    assert live.step == 1 and first["live/questions"] == 1
+    p = "live/synthetic/lazymem"
+    assert first[f"{p}/accuracy"] == 1.0 and first[f"{p}/correct"] == 1 and first[f"{p}/memory_tokens"] == 50
+    assert first[f"{p}/gate_ok"] == 0.5 and first[f"{p}/format_ok"] == 0.5 and first[f"{p}/windows"] == 2
+    assert first[f"{p}/latency/processing"] == 0.4 and first[f"{p}/errors"] == 0
+    failed = live.row(_record("q2", "lazymem", "x", None, status="error"), "synthetic")
+    assert (
+        failed[f"{p}/accuracy"] == 0.5 and failed[f"{p}/errors"] == 1 and f"{p}/memory_tokens" not in failed
+    )
+    other = live.row(_record("q1", "rag", "x", False), "locomo")  # no windows: no gate share
+    assert other["live/locomo/rag/accuracy"] == 0.0 and "live/locomo/rag/gate_ok" not in other
+    skipped = live.row({**_record("q3", "lazymem", "x", None), "status": "not_applicable"}, "synthetic")
+    assert skipped == {"live/questions": 4, f"{p}/not_applicable": 1} and live.step == 4
+    assert all(isinstance(v, int | float) for row in (first, failed, other) for v in row.values())
+
+
+def test_artifacts_hold_records_results_and_a_checkpoint_reference(run_dir):
+    (run_dir / "synthetic").mkdir()
+    (run_dir / "synthetic" / "records.jsonl").write_text("")
+    (run_dir / "synthetic" / "results.md").write_text("")
+    (run_dir / "servers").mkdir()
+    (run_dir / "servers" / "llama.log").write_text("")
+    ckpt = run_dir.parent / "ckpt"
+    ckpt.mkdir()
+    specs = {a.kind: a for a in outputs.artifacts(run_dir, {"checkpoint": str(ckpt)})}
+    assert set(specs["records"].files) == {"records.jsonl", "synthetic/records.jsonl"}
+    assert set(specs["results"].files) == {
+        "summary.json", "meta.json", "coverage.json", "table1.csv", "tradeoff.png", "synthetic/results.md"
+    }  # fmt: skip
+    assert specs["model"].references == [ckpt.resolve()] and not specs["model"].files
+    assert "model" not in {a.kind for a in outputs.artifacts(run_dir, {"checkpoint": "/nonexistent"})}
 
 
 def test_mode_from_the_environment_wins_over_the_config():
-    assert tracking.resolve_mode({"mode": "online"}, {"WANDB_MODE": "offline"}) == "offline"
-    assert tracking.resolve_mode({"mode": "online"}, {}) == "online"
-    assert tracking.resolve_mode({"mode": None}, {}) == "offline"
-    assert tracking.resolve_mode({}, {"WANDB_MODE": ""}) == "offline"
+    assert resolve_mode({"mode": "online"}, {"WANDB_MODE": "offline"}) == "offline"
+    assert resolve_mode({"mode": "online"}, {}) == "online"
+    assert resolve_mode({"mode": None}, {}) == "offline"
+    assert resolve_mode({}, {"WANDB_MODE": ""}) == "offline"
 
 
 def test_secrets_are_removed_from_the_config_and_the_command_line(monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     cfg = _cfg()
-    config = tracking.wandb_config(cfg)
+    config = wandb_config(cfg)
     assert SECRET not in json.dumps(config)
     assert config["llm"]["judge"]["api_key"] == "<redacted>"
     assert config["llm"]["judge"]["header"] == "<redacted>"  # an interpolation of the key variable
     assert config["llm"]["judge"]["api_key_env"] == KEY_ENV and config["logger"]["project"] == "lazymem"
-    argv = tracking.redacted_argv(
+    argv = redacted_argv(
         ["task=x", f"+llm.judge.api_key={SECRET}", f"llm.x.url=http://h/?k={SECRET}", "llm.api_key_env=K"],
         [SECRET],
     )
@@ -274,10 +358,12 @@ def test_subprocess_env_for_trainers(tmp_path):
     assert env["WANDB_DIR"] == str(tmp_path.resolve()) and env["WANDB_NAME"] == "sft"
     assert env["WANDB_RUN_GROUP"] == "g1" and env["WANDB_TAGS"] == "t1"
     env = tracking.subprocess_env(_cfg(mode="online"), tmp_path, "grpo", {"PATH": "/bin"})
-    assert env["WANDB_MODE"] == "online" and "WANDB_ENTITY" not in env and "WANDB_RUN_GROUP" not in env
+    assert env["WANDB_MODE"] == "online" and "WANDB_ENTITY" not in env
+    assert env["WANDB_RUN_GROUP"] == tmp_path.name  # the launching run's own: shown beside it
     off = tracking.subprocess_env(OmegaConf.create({"logger": {"backend": "none"}}), tmp_path, "sft", base)
     assert off == {"PATH": "/bin", "WANDB_MODE": "disabled"}
     assert tracking.subprocess_env(OmegaConf.create({}), tmp_path, "sft", {})["WANDB_MODE"] == "disabled"
+    assert tracking.trainer_reports(_cfg()) and not tracking.trainer_reports(OmegaConf.create({}))
 
 
 def test_logger_none_does_nothing_and_never_imports_wandb(tmp_path):
@@ -285,7 +371,7 @@ def test_logger_none_does_nothing_and_never_imports_wandb(tmp_path):
         "import sys; from omegaconf import OmegaConf; import lazymem.runner; from lazymem import tracking\n"
         f"t = tracking.start(OmegaConf.create({{'logger': {{'backend': 'none'}}}}), {str(tmp_path)!r})\n"
         f"t.finish({str(tmp_path)!r}, {{'x': 1}}, ok=False)\n"
-        "assert not t.active and t.files is None\n"
+        "assert not t.active and t.files is None and t.on_record('synthetic') is None\n"
         "print('wandb' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -305,11 +391,15 @@ class FakeWandb(types.ModuleType):
 
         class Run:
             def __init__(self):
-                self.summary, self.logged, self.exit_code = {}, [], None
+                self.summary, self.logged, self.steps, self.artifacts, self.exit_code = {}, [], [], [], None
                 self.settings = types.SimpleNamespace(sync_dir="/nonexistent")
 
-            def log(self, data):
+            def log(self, data, step=None):
                 self.logged.append(data)
+                self.steps.append(step)
+
+            def log_artifact(self, artifact):
+                self.artifacts.append(artifact)
 
             def finish(self, exit_code=0):
                 self.exit_code = exit_code
@@ -322,7 +412,17 @@ class FakeWandb(types.ModuleType):
             def __init__(self, path):
                 self.path = path
 
-        self.Run, self.Table, self.Image = Run, Table, Image
+        class Artifact:
+            def __init__(self, name, type, metadata):
+                self.name, self.type, self.metadata, self.files, self.refs = name, type, metadata, {}, []
+
+            def add_file(self, path, name):
+                self.files[name] = path
+
+            def add_reference(self, uri, checksum=True):
+                self.refs.append((uri, checksum))
+
+        self.Run, self.Table, self.Image, self.Artifact = Run, Table, Image, Artifact
         self.Settings = dict
         self.login = lambda **kw: fake.logged_in
 
@@ -346,19 +446,26 @@ def test_the_tracker_logs_what_the_run_directory_holds(run_dir, monkeypatch):
     tracker = tracking.start(_cfg(), run_dir)
     assert tracker.active and sys.argv[1] == f"+llm.judge.api_key={SECRET}"  # restored
     (init,) = fake.inits
-    assert init["name"] == run_dir.name and init["mode"] == "offline" and init["group"] is None
+    assert init["name"] == run_dir.name and init["mode"] == "offline" and init["group"] == run_dir.name
     assert init["job_type"] == "evaluate" and init["dir"] == str(run_dir) and init["tags"] == ["t1"]
     assert init["project"] == "lazymem" and init["entity"] is None
     assert SECRET not in json.dumps(init["config"]) and SECRET not in " ".join(init["argv"])
+    for record in RECORDS:
+        tracker.on_record("synthetic")(record)
     tracker.finish(run_dir, {"questions": 2, "methods": {}}, ok=False)
     (run,) = fake.runs
     assert run.exit_code == 1 and fake.teardowns == 1
-    assert run.summary["lazymem/accuracy"] == 0.5 and run.summary["questions"] == 2
-    assert run.summary["lazymem/by_type/multi-session/accuracy"] == 1.0
+    assert run.summary["synthetic/lazymem/accuracy"] == 0.5 and run.summary["questions"] == 2
+    assert run.summary["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
     assert run.summary["run_dir"] == str(run_dir)
-    (media,) = run.logged
+    *live, media = run.logged
+    assert run.steps == [1, 2, 3, 4, 5] and [row["live/questions"] for row in live] == [1, 2, 3, 4]
+    assert live[1]["live/synthetic/lazymem/accuracy"] == 0.5 and live[3]["live/synthetic/rag/errors"] == 1
+    results = next(a for a in run.artifacts if a.type == "results")
+    assert results.name == f"{run_dir.name}-results" and results.metadata["datasets"][0]["sha256"] == "ab12"
+    assert results.files["summary.json"] == str(run_dir / "summary.json")
     assert set(media) == {"records", "tables/table1", "plots/tradeoff"}
-    assert media["records"].columns == list(tracking.RECORD_COLUMNS) and len(media["records"].data) == 4
+    assert media["records"].columns == list(outputs.RECORD_COLUMNS) and len(media["records"].data) == 4
     assert media["tables/table1"].columns == ["method", "LJ"]
     assert media["tables/table1"].data == [["lazymem", 0.5], ["rag", 0.25]]
     assert media["plots/tradeoff"].path == str(run_dir / "tradeoff.png")
@@ -412,22 +519,42 @@ def test_real_offline_run_in_process(run_dir, monkeypatch, no_leaked_service):
             monkeypatch.setenv(k, v)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv(KEY_ENV, SECRET)
+    monkeypatch.setenv("WANDB_DATA_DIR", str(run_dir / "wandb-data"))  # staged artifact files: checked too
+    ckpt = run_dir.parent / "checkpoint"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"\0" * 1024)
+    leaky = _record("q3", "rag", "multi-session", None, status="error") | {"error": f"HTTP 401 key={SECRET}"}
     try:
         tracker = tracking.start(_cfg(max_records=3), run_dir)
         assert tracker.active and tracker.files.parent == run_dir / "wandb"
-        tracker.finish(run_dir, {"questions": 2}, ok=True)
+        for record in [*RECORDS, leaky]:  # as task=evaluate calls it, one question after another
+            tracker.on_record("synthetic")(record)
+        tracker.finish(run_dir, {"questions": 2, "checkpoint": str(ckpt)}, ok=True)
     finally:
         wandb.teardown()
     logged = Logged(run_dir)
     assert logged.folder == tracker.files
     assert logged.run.display_name == run_dir.name and logged.run.job_type == "evaluate"
     assert logged.config["llm"]["judge"]["api_key"] == "<redacted>" and logged.exit_code == 0
-    assert logged.summary["lazymem/accuracy"] == 0.5 and logged.summary["questions"] == 2
-    assert logged.summary["rag/latency/total/p95"] == 1.5
-    assert logged.summary["lazymem/by_type/knowledge-update/accuracy"] == 0.0
+    # live: one history row per question, at steps 1, 2, ... with the running numbers of its method
+    steps = [step for step, _ in logged.rows]
+    assert steps == sorted(set(steps)) and steps[:5] == [1, 2, 3, 4, 5]
+    live = [row for _, row in logged.rows if "live/questions" in row]
+    assert [row["live/questions"] for row in live] == [1, 2, 3, 4, 5]
+    p = "live/synthetic/"
+    assert live[0][p + "lazymem/accuracy"] == 1.0 and live[1][p + "lazymem/accuracy"] == 0.5
+    assert live[1][p + "lazymem/memory_tokens"] == 100 and live[2][p + "rag/latency/total"] == 1.5
+    assert live[4][p + "rag/errors"] == 2 and live[4][p + "rag/accuracy"] == pytest.approx(1 / 3)
+    # the end: summary keys, tables, plots and artifacts of the run directory
+    assert logged.summary["synthetic/lazymem/accuracy"] == 0.5 and logged.summary["questions"] == 2
+    assert logged.summary["synthetic/rag/latency/total/p95"] == 1.5
+    assert logged.summary["synthetic/lazymem/by_type/knowledge-update/accuracy"] == 0.0
     assert {"records", "tables/table1", "plots/tradeoff"} <= logged.history
+    assert set(logged.artifacts["records"]) == {"records.jsonl"}
+    assert {"summary.json", "meta.json", "table1.csv", "tradeoff.png"} <= set(logged.artifacts["results"])
+    assert logged.artifacts["model"] == {"model.safetensors": (ckpt / "model.safetensors").as_uri()}
     table = logged.table("records")
-    assert table["columns"] == list(tracking.RECORD_COLUMNS) and len(table["data"]) == 3
+    assert table["columns"] == list(outputs.RECORD_COLUMNS) and len(table["data"]) == 3
     assert list((logged.folder / "files" / "media" / "images" / "plots").glob("tradeoff_*.png"))
     assert_no_secret(run_dir)
 
@@ -462,7 +589,7 @@ def test_cli_run_is_tracked_offline_by_default(tmp_path, no_leaked_service):
     assert out.returncode == 0, out.stderr[-3000:]
     logged = Logged(run_dir)
     assert logged.run.display_name == "report" and logged.run.project == "lazymem"
-    assert logged.run.job_type == "report" and not logged.run.run_group
+    assert logged.run.job_type == "report" and logged.run.run_group == "report"  # its own name
     assert logged.config == yaml.safe_load((run_dir / "config.yaml").read_text())
     assert logged.config["llm"]["judge"]["api_key"] == "<redacted>" and logged.exit_code == 0
     assert logged.summary["run_dir"] == str(run_dir)

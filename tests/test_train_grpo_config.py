@@ -7,6 +7,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
@@ -21,24 +22,42 @@ REWARD = CONF_DIR / "train" / "reward.yaml"
 
 def grpo_cfg(tmp_path, **changes) -> dict:
     cfg = OmegaConf.load(GRPO)
-    cfg.merge_with({"w": 2})  # the root key radius interpolates
+    cfg.merge_with({"w": 2, "seed": 0})  # the root keys it interpolates (radius, data and rollout seeds)
     g = OmegaConf.to_container(cfg, resolve=True)
-    g.pop("w")
+    g.pop("w"), g.pop("seed")
     g.update({"rl_data_dir": str(tmp_path), "model": "/models/sft", **changes})
     return g
+
+
+# a reward_judge role config as the train task passes it (nested blocks, lists, nulls, quoted strings)
+JUDGE_LLM = {
+    "backend": "endpoint",
+    "base_url": "http://127.0.0.1:8000/v1",
+    "served_name": "qwen3-32b",
+    "dialect": "vllm",
+    "decoding": {"temperature": 0.0, "thinking": True, "thinking_budget": 512, "seed": None},
+    "extra_body": {},
+    "vllm": {"reasoning_config": {"reasoning_end_str": "</think>"}, "extra_args": ["--n", "2"]},
+}
 
 
 def reward_cfg(tmp_path) -> dict:
     r = OmegaConf.load(REWARD)
     r.curriculum.state_path = str(tmp_path / "state.json")
-    r.judge.cache_path = str(tmp_path / "judge.sqlite")
-    return OmegaConf.to_container(r, resolve=True)
+    out = OmegaConf.to_container(r, resolve=True)
+    out["judge"] |= {"llm": JUDGE_LLM, "cache_path": str(tmp_path / "judge.sqlite")}
+    return out
 
 
 def test_value_quoting():
     assert value(True) == "true" and value(None) == "null" and value(1e-6) == "1e-06"
     assert value("pkg://lazymem.train.reward") == '"pkg://lazymem.train.reward"'
     assert value([0.9, 0.999]) == "[0.9,0.999]" and value("token-mean") == "token-mean"
+    assert value({"a": {"b": None}, "c": "<x>"}) == '{a:{b:null},c:"<x>"}' and value("256") == '"256"'
+    parsed = OverridesParser.create().parse_override(f"+k={value(JUDGE_LLM)}").value()
+    assert parsed == JUDGE_LLM  # a role config survives the trip through Hydra's override grammar
+    with pytest.raises(ValueError, match="Hydra override"):
+        value({"a b": 1})
 
 
 def test_overrides_need_rl_data_dir(tmp_path):
@@ -162,7 +181,7 @@ def test_verl_composes_and_validates_table_10(tmp_path):
     assert (crf.path, crf.name) == ("pkg://lazymem.train.reward", "compute_score_async")
     kw = crf.reward_kwargs
     assert kw.eta == 0.915 and kw.curriculum_state == str(tmp_path / "state.json")
-    assert kw.judge.base_url == "http://127.0.0.1:8000/v1" and kw.judge.thinking is True
+    assert OmegaConf.to_container(kw.judge.llm) == JUDGE_LLM  # the role config arrives whole
     # the curriculum trainer, its registration hook, and its settings read from the reward kwargs
     assert config.trainer.v1.trainer_mode == verl_trainer.TRAINER_NAME
     assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == verl_trainer.HOOK
@@ -243,8 +262,11 @@ def test_train_grpo_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "run" / "overrides.txt").read_text().splitlines()
     assert "trainer.project_name=memproj" in lines
+    (loggers,) = [x for x in lines if x.startswith("trainer.logger=")]
+    assert "console" in loggers and "wandb" in loggers  # logger=wandb: VERL logs its steps there too
     assert "algorithm.adv_estimator=grpo" in lines and "trainer.n_gpus_per_node=2" in lines
-    assert any(x.startswith("+reward.custom_reward_function.reward_kwargs.judge.model=") for x in lines)
+    (judge,) = [x for x in lines if x.startswith("+reward.custom_reward_function.reward_kwargs.judge.llm=")]
+    assert "backend:endpoint" in judge and "thinking_budget:512" in judge  # llm.roles.reward_judge, resolved
     assert "verl.trainer.main_ppo" in (tmp_path / "run" / "command.sh").read_text()
 
 

@@ -9,12 +9,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import lazymem.train.reward as reward_mod
 from lazymem.conf import CONF_DIR
 from lazymem.construct.decisions import ERROR_CODES
 from lazymem.llm.client import Completion
+from lazymem.llm.roles import role_config
 from lazymem.train.curriculum import ENV_STATE, Curriculum
 from lazymem.train.quality_judge import (
     JudgeConfig,
@@ -270,19 +272,43 @@ def test_ground_truth_formats():
 
 
 def test_config_file_builds_the_reward_settings(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path))
+    """The judge's own settings come from reward.yaml, its LLM from the paper's reward_judge role."""
     monkeypatch.setenv(ENV_STATE, str(tmp_path / "state.json"))
     cfg = OmegaConf.load(CONF_DIR / "train" / "reward.yaml")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        llm = compose("config", overrides=["llm=paper"]).llm
+    judge = {**cfg.judge, "llm": role_config(llm, "reward_judge"), "cache_path": str(tmp_path / "c.sqlite")}
     opts = RewardOptions.from_kwargs(
-        {"eta": cfg.eta, "judge": cfg.judge, "curriculum_state": cfg.curriculum.state_path}
+        {"eta": cfg.eta, "judge": judge, "curriculum_state": cfg.curriculum.state_path}
     )
-    assert opts.eta == 0.915 and opts.judge.temperature == 0.0 and opts.judge.max_tokens == 1024
-    assert (opts.judge.thinking_budget, opts.judge.timeout_s, opts.judge.max_retries) == (512, 180, 3)
-    assert opts.judge.cache_path == str(tmp_path / "reward_judge.sqlite")
+    rc = opts.judge.llm
+    assert opts.eta == 0.915 and opts.judge.parse_retries == 1 and opts.judge.template is None
+    assert (rc["backend"], rc["base_url"], rc["dialect"], rc["served_name"]) == (
+        "endpoint",
+        "http://127.0.0.1:8000/v1",
+        "vllm",
+        "qwen3-32b",
+    )
+    dec = rc["decoding"]
+    assert (dec["temperature"], dec["max_tokens"], dec["thinking"], dec["thinking_budget"]) == (
+        0.0,
+        1024,
+        True,
+        512,
+    )
+    assert (rc["timeout_s"], rc["max_retries"], rc["structured"]) == (180, 3, True)
     cur = Curriculum(**{k: cfg.curriculum[k] for k in ("state_path", "tau", "lam_phase1", "lam_phase2")})
     assert (cur.tau, cur.lam_phase1, cur.lam_phase2, cur.phase) == (0.99, 0.0, 0.5, 1)
     assert opts.lam_phase() == (0.0, 1)
-    assert JudgeConfig.from_mapping(cfg.judge) == opts.judge
+    assert JudgeConfig.from_mapping(OmegaConf.create(judge)) == opts.judge
+
+
+def test_the_judge_has_no_second_llm_schema():
+    """Model, server and decoding belong to llm.roles.reward_judge: the old judge keys are refused."""
+    with pytest.raises(TypeError, match="unknown judge settings.*base_url"):
+        JudgeConfig.from_mapping({"base_url": "http://127.0.0.1:8000/v1", "model": "qwen3-32b"})
+    with pytest.raises(ValueError, match="judge.llm is not set"):
+        QualityJudge(JudgeConfig())
 
 
 # --- the quality judge: strict reply parsing, retries, prompt, and the real client against a fake server
@@ -299,7 +325,7 @@ GOOD = {
 
 def test_parse_reply_accepts_the_schema():
     assert parse_reply(json.dumps(GOOD)) == GOOD
-    assert parse_reply("<think>hmm</think>\n" + json.dumps(GOOD))["utility"] == 1
+    assert parse_reply(Completion("<think>hmm</think>\n" + json.dumps(GOOD)).text)["utility"] == 1
     assert parse_reply("```json\n" + json.dumps(GOOD) + "\n```")["faithfulness"] == 2
 
 
@@ -405,10 +431,15 @@ def test_real_client_sends_the_judge_settings_and_caches(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _FakeOpenAI.bodies = []
     try:
-        cfg = JudgeConfig(
-            base_url=f"http://127.0.0.1:{server.server_port}/v1", cache_path=str(tmp_path / "judge.sqlite")
-        )
-        judge = QualityJudge(cfg)
+        rc = {
+            "backend": "endpoint",
+            "base_url": f"http://127.0.0.1:{server.server_port}/v1",
+            "dialect": "vllm",
+            "served_name": "qwen3-32b",
+            "structured": True,
+            "decoding": {"temperature": 0.0, "max_tokens": 1024, "thinking": True, "thinking_budget": 512},
+        }
+        judge = QualityJudge(JudgeConfig(llm=rc, cache_path=str(tmp_path / "judge.sqlite")))
 
         async def twice():
             return [await judge.score(judge_item()), await judge.score(judge_item())]

@@ -119,6 +119,7 @@ def test_dry_run_writes_the_yaml_and_a_torchrun_command(tmp_path):
     assert train["output_dir"] == str((run_dir / "model").resolve())
     assert train["num_train_epochs"] == 1.0 and train["deepspeed"] == str(data / "ds_z2_config.json")
     assert train["learning_rate"] == 5e-6 and train["template"] == "qwen3"  # Table 10 values kept
+    assert train["report_to"] == "none" and train["run_name"] == "run-sft"  # logger=none: no W&B either
     command = (run_dir / "command.sh").read_text()
     assert "FORCE_TORCHRUN=1 NPROC_PER_NODE=2" in command and "llamafactory-cli train" in command
 

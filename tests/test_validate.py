@@ -60,7 +60,26 @@ def test_unknown_method_key_and_target_are_named():
     assert any(p.startswith("methods.lazymem: unknown key(s) radious;") and "radius" in p for p in found), (
         found
     )
-    assert any(p.startswith("methods.rag_top20._target_ = 'foo.Bar': allowed values are") for p in found)
+    assert any(p.startswith("methods.rag_top20._target_ = 'foo.Bar' cannot be imported") for p in found)
+
+
+def test_a_method_of_your_own_is_accepted_and_a_non_method_is_named():
+    ok = problems(composed("methods.rag_top20._target_=lazymem.methods.rag.RAG"))
+    assert ok == []
+    found = problems(composed("methods.rag_top20._target_=lazymem.construct.windows.Window"))
+    assert any("is not a method: it has no async build" in p for p in found), found
+
+
+def test_a_methods_own_construct_policy_is_checked_once():
+    own = "methods.lazymem.construct={structured:true,invalid:{fallback:keep,retries:0}}"
+    found = problems(composed(own))
+    assert [p for p in found if "fallback" in p] == [
+        "methods.lazymem.construct.invalid.fallback = 'keep': allowed values are none, raw, drop"
+    ]
+    shared = problems(composed("construct.invalid.fallback=keep"))  # inherited by every method: one report
+    assert [p for p in shared if "fallback" in p] == [
+        "construct.invalid.fallback = 'keep': allowed values are none, raw, drop"
+    ]
 
 
 def test_validate_reports_every_problem_at_once():

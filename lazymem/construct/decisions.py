@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazymem.construct.windows import Window
+from lazymem.llm.completion import split_thinking
 
 OPS = ("KEEP", "DROP")
 FIELDS = ("op", "compressed_content", "reason")
@@ -53,22 +54,6 @@ class GateResult:
 def _fail(error: str, detail: str = "") -> GateResult:
     assert error in ERROR_CODES, error
     return GateResult(ok=False, error=error, detail=detail)
-
-
-def split_thinking(text: str) -> tuple[str, str]:
-    """Separate a Qwen3-style thinking block from the final text; returns (thinking, final), stripped.
-
-    Handles `<think>...</think>final`, a bare `...</think>final` (the chat template already opened the
-    block in the prompt) and an unclosed `<think>...` (generation stopped while thinking: final is "").
-    """
-    head, sep, tail = text.partition("</think>")
-    if sep:
-        head = head.strip()
-        return head.removeprefix("<think>").strip(), tail.strip()
-    stripped = text.strip()
-    if stripped.startswith("<think>"):
-        return stripped.removeprefix("<think>").strip(), ""
-    return "", stripped
 
 
 def _duplicate_checking_object(pairs: list[tuple[str, object]]) -> dict:

@@ -13,7 +13,9 @@ A call that still fails at the API level after the client's retries is an error 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lazymem.construct.decisions import (
     Decision,
@@ -21,7 +23,6 @@ from lazymem.construct.decisions import (
     decision_array_ok,
     decision_schema,
     salvage_decisions,
-    split_thinking,
 )
 from lazymem.construct.render import render_window
 from lazymem.construct.windows import Window
@@ -47,6 +48,14 @@ class InvalidPolicy:
     def __post_init__(self):
         if self.fallback not in FALLBACKS:
             raise ValueError(f"fallback {self.fallback!r} not in {FALLBACKS}")
+
+    @classmethod
+    def from_config(cls, construct: Mapping[str, Any]) -> InvalidPolicy:
+        """From a conf/construct/ config: `structured` plus the `invalid` block (missing keys: defaults)."""
+        invalid = dict(construct.get("invalid") or {})
+        if "structured" in construct:
+            invalid["structured"] = construct["structured"]
+        return cls(**invalid)
 
 
 @dataclass
@@ -129,10 +138,7 @@ class MemoryProcessor:
             return reply
 
         first = await ask(0)
-        thinking, final = split_thinking(first.text)
-        if first.reasoning:
-            thinking = first.reasoning
-        gate = check_decisions(first.text, n)
+        gate = check_decisions(first.generated, n)  # the gate reads the output as written, like RL's
 
         def result(decisions, outcome):
             return WindowResult(
@@ -140,9 +146,9 @@ class MemoryProcessor:
                 decisions,
                 outcome,
                 None if gate.ok else gate.error,
-                decision_array_ok(first.text, n),
-                final,
-                thinking,
+                decision_array_ok(first.generated, n),
+                first.text,
+                first.reasoning or "",
                 calls,
                 latency,
                 cached,
@@ -152,14 +158,14 @@ class MemoryProcessor:
         if gate.ok:
             return result(gate.decisions, "gate_ok")
         if self.policy.salvage:
-            salvaged = salvage_decisions(first.text, n)
+            salvaged = salvage_decisions(first.generated, n)
             if salvaged.ok:
                 return result(salvaged.decisions, "salvaged")
         for k in range(self.policy.retries):
             again = await ask(k + 1, temperature=self.policy.retry_temperature)
-            retry = check_decisions(again.text, n)
+            retry = check_decisions(again.generated, n)
             if not retry.ok and self.policy.salvage:
-                retry = salvage_decisions(again.text, n)
+                retry = salvage_decisions(again.generated, n)
             if retry.ok:
                 return result(retry.decisions, "retried")
         if self.policy.fallback == "none":

@@ -1,12 +1,13 @@
 """The LLM judge: correct / incorrect against the reference, with the raw judge text kept.
 
-Two styles, one per benchmark (each data config names its own under `judge:`):
+Two styles (decision rule and prompt layout); every benchmark's data config declares its judge under
+`judge:` (style, prompt, rules, output budget), so a new benchmark never inherits another's:
 - `longmemeval`: a yes/no question whose rule depends on the question type (off-by-one day counts
   tolerated for temporal reasoning, updated value required for knowledge updates, rubric grading for
   preference questions, "not available" required for abstention questions). The decision rule is the
   official script's: a reply is correct when it contains "yes" (any case). The prompts are ours, or the
   official ones built at run time from the user's own checkout of the LongMemEval repository
-  (`judge.longmemeval.official_src`); no third-party prompt text ships with this package.
+  (`judge.official_src` of the data config); no third-party prompt text ships with this package.
 - `locomo`: generous CORRECT/WRONG grading; any date format that names the same date counts. A reply
   with no recognisable label is a judge error (counted), never a silent "incorrect". LoCoMo's own
   evaluation has no LLM judge (its metric is token F1, lazymem/eval/f1.py, computed beside it).
@@ -21,7 +22,6 @@ import json
 import re
 from pathlib import Path
 
-from lazymem.construct.decisions import split_thinking
 from lazymem.data.schema import Question
 from lazymem.prompts import load, load_json
 
@@ -37,19 +37,6 @@ OFFICIAL_FILE = "src/evaluation/evaluate_qa.py"
 OFFICIAL_FUNCTION = "get_anscheck_prompt"
 
 
-def style_for(declared: str | None, override: str | None = None) -> str:
-    """The judge style: `override` (judge.style) if set, else the benchmark's own (data config `judge`)."""
-    style = override or declared
-    if style is None:
-        raise ValueError(
-            "the data config names no judge: add `judge: longmemeval` or `judge: locomo` to it "
-            "(or set judge.style)"
-        )
-    if style not in STYLES:
-        raise ValueError(f"judge style {style!r} not in {STYLES}")
-    return style
-
-
 def load_official(src: str):
     """LongMemEval's prompt builder from the user's checkout at `src`, and the sha256 of its file.
 
@@ -59,7 +46,7 @@ def load_official(src: str):
     path = Path(src).expanduser() / OFFICIAL_FILE
     if not path.is_file():
         raise FileNotFoundError(
-            f"judge.longmemeval.official_src={src}: {path} not found; point it at a checkout of "
+            f"judge.official_src={src}: {path} not found; point it at a checkout of "
             "https://github.com/xiaowu0162/LongMemEval"
         )
     data = path.read_bytes()
@@ -72,7 +59,7 @@ def load_official(src: str):
         elif isinstance(node, ast.Assign) and _literal(node.value):
             body.append(node)
     if not any(isinstance(n, ast.FunctionDef) for n in body):
-        raise ValueError(f"judge.longmemeval.official_src={src}: {path} defines no {OFFICIAL_FUNCTION}()")
+        raise ValueError(f"judge.official_src={src}: {path} defines no {OFFICIAL_FUNCTION}()")
     spec = importlib.util.spec_from_loader("lazymem_official_longmemeval", loader=None, origin=str(path))
     module = importlib.util.module_from_spec(spec)
     module.__file__ = str(path)
@@ -89,59 +76,65 @@ def _literal(node: ast.expr) -> bool:
 
 
 class JudgePrompts:
-    """The judge's templates, loaded once (each overridable by path).
+    """One benchmark's judge prompt, as its data config declares it (`judge.style`, `prompt`, `rules`).
 
-    With `official_longmemeval` (a checkout of the LongMemEval repository) the `longmemeval` style's
-    prompts come from that checkout's own builder instead of our templates.
+    `prompt` is a bundled name or a path, with {question}, {answer} (the reference) and {response}, plus
+    {rule} for the longmemeval style, whose per-question-type rules come from `rules` (a JSON file). With
+    `official_src` (a checkout of the LongMemEval repository) the longmemeval style's prompts come from
+    that checkout's own builder instead of the template.
     """
 
     def __init__(
-        self,
-        longmemeval: str = "judge_longmemeval",
-        rules: str = "judge_longmemeval_rules",
-        locomo: str = "judge_locomo",
-        official_longmemeval: str | None = None,
-    ):
-        self.longmemeval = load(longmemeval)
-        self.rules = load_json(rules)
-        self.locomo = load(locomo)
+        self, style: str, prompt: str, rules: str | None = None, official_src: str | None = None
+    ) -> None:
+        if style not in STYLES:
+            raise ValueError(f"judge.style {style!r} not in {STYLES}")
+        if style == "longmemeval" and not rules:
+            raise ValueError("the longmemeval judge style needs `rules` (e.g. judge_longmemeval_rules)")
+        self.style, self.prompt_name = style, prompt
+        self.template = load(prompt)
+        self.rules = load_json(rules) if style == "longmemeval" else None
         self.official = self.official_sha256 = self.official_path = None
-        if official_longmemeval:
-            self.official, self.official_sha256 = load_official(official_longmemeval)
-            self.official_path = str(Path(official_longmemeval).expanduser().resolve() / OFFICIAL_FILE)
+        if official_src:
+            if style != "longmemeval":
+                raise ValueError(f"judge.official_src is LongMemEval's checkout; style {style!r} takes none")
+            self.official, self.official_sha256 = load_official(official_src)
+            self.official_path = str(Path(official_src).expanduser().resolve() / OFFICIAL_FILE)
 
     @property
     def version(self) -> str:
-        rules = hashlib.sha256(json.dumps(self.rules, sort_keys=True).encode()).hexdigest()[:8]
-        ours = f"{self.longmemeval.version}-{self.locomo.version}-{rules}"
-        return f"official-{self.official_sha256[:12]}-{self.locomo.version}" if self.official else ours
+        if self.official:
+            return f"official-{self.official_sha256[:12]}"
+        rules = json.dumps(self.rules, sort_keys=True).encode() if self.rules is not None else b""
+        return f"{self.template.version}-{hashlib.sha256(rules).hexdigest()[:8]}"
 
-    def source(self, style: str) -> str:
-        """Where this style's prompts come from: `official:<file>` or `lazymem` (our own words)."""
-        return f"official:{self.official_path}" if style == "longmemeval" and self.official else "lazymem"
+    def source(self) -> str:
+        """Where the prompts come from: `official:<file>`, `lazymem` (bundled, our own words) or a path."""
+        if self.official:
+            return f"official:{self.official_path}"
+        return "lazymem" if self.template.bundled else str(self.template.path)
 
-    def messages(self, style: str, question: Question, response: str) -> list[dict]:
-        if style == "locomo":
-            text = self.locomo.format(question=question.text, answer=question.answer, response=response)
-        elif self.official:
+    def messages(self, question: Question, response: str) -> list[dict]:
+        if self.official:
             text = self.official(
                 question.type, question.text, question.answer, response, abstention=question.abstention
             )
-        else:
+        elif self.style == "longmemeval":
             key = "abstention" if question.abstention else question.type
             rule = self.rules.get(key, self.rules["default"])
-            text = self.longmemeval.format(
+            text = self.template.format(
                 question=question.text, answer=question.answer, response=response, rule=rule
             )
+        else:
+            text = self.template.format(question=question.text, answer=question.answer, response=response)
         return [{"role": "user", "content": text}]
 
 
-def parse_label(style: str, text: str) -> bool | None:
-    """The judge's label from the reply after any thinking (see DECISION_RULES).
+def parse_label(style: str, final: str) -> bool | None:
+    """The judge's label from the final text of its reply (``Completion.text``; see DECISION_RULES).
 
     LongMemEval's rule always gives a label (no "yes" = incorrect); LoCoMo's is None without a label.
     """
-    _, final = split_thinking(text or "")
     if style == "longmemeval":
         return "yes" in final.strip().lower()
     match = _CORRECT_WRONG.search(final)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from lazymem.eval.records import Record
+from lazymem.eval.summary import Construction, MethodSummary
 from lazymem.stats import describe, mean
 
 STAGES = ("retrieval", "processing", "answer", "judge", "total")
 
 
-def summarize(records: list[dict]) -> dict:
-    """One method's summary.
+def summarize(records: list[Record]) -> MethodSummary:
+    """One method's summary, from the typed fields of its records (eval/records.Record) only.
 
     LJ (`accuracy`, per type, task-averaged, abstention) counts every applicable question, as the paper
     reports it: a failed question or a judge reply without a label is wrong. `accuracy_judged` is over
@@ -25,7 +27,7 @@ def summarize(records: list[dict]) -> dict:
         by_type[r["type"]].append(_right(r))
     per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
     abstain = [_right(r) for r in records if r["abstention"]]
-    windows = [w for r in ok for w in r.get("windows") or []]
+    windows = [w for r in ok for w in r["windows"]]
     runs = [run for r in ok for run in r.get("latency_runs") or [r["latency_s"]]]  # every timed repetition
     outcomes = Counter(w["outcome"] for w in windows)
     gold = [r for r in ok if r["gold_idx"]]
@@ -61,17 +63,17 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
-def _right(record: dict) -> bool:
+def _right(record: Record) -> bool:
     return record["status"] == "ok" and record.get("correct") is True
 
 
-def _scores(records: list[dict]) -> dict:
+def _scores(records: list[Record]) -> dict:
     """Each model-free metric of the records (e.g. f1): overall and `<name>_by_type`, every question."""
     out: dict = {}
-    for name in sorted({k for r in records for k in r.get("scores") or {}}):
+    for name in sorted({k for r in records for k in r["scores"]}):
         by_type: dict[str, list[float]] = defaultdict(list)
         for r in records:
-            value = (r.get("scores") or {}).get(name)
+            value = r["scores"].get(name)
             if value is not None:
                 by_type[r["type"]].append(value)
         out[name] = mean([v for values in by_type.values() for v in values])
@@ -79,12 +81,10 @@ def _scores(records: list[dict]) -> dict:
     return out
 
 
-def _construction(records: list[dict]) -> dict:
+def _construction(records: list[Record]) -> Construction:
     """Keep/drop quality against gold over the messages the memory model decided on."""
     gold_kept = gold_total = other_dropped = other_total = 0
     for r in records:
-        if r.get("decided") is None:
-            continue
         gold, shown = set(r["gold_idx"]), set(r["shown"])
         for i in r["decided"]:
             if i in gold:

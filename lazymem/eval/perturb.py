@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from lazymem.construct.render import render_raw
 from lazymem.data.schema import History
-from lazymem.methods.base import Memory
+from lazymem.methods.base import MemoryBlock
 from lazymem.stats import bootstrap_ci, mean, paired_bootstrap
 
 REFERENCE = "full_gold"
@@ -42,8 +42,8 @@ class Variant:
         """The record's `method` field (records.jsonl keys by method and question)."""
         return f"{self.name}/{self.sample}"
 
-    def memory(self, history: History) -> Memory:
-        return Memory(
+    def memory(self, history: History) -> MemoryBlock:
+        return MemoryBlock(
             text=render_raw([history.messages[i] for i in self.idx]), style="raw", shown=list(self.idx)
         )
 

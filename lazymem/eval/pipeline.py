@@ -12,11 +12,10 @@ import traceback
 from hydra.utils import instantiate
 
 from lazymem import interrupt
-from lazymem.construct.decisions import split_thinking
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
-from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label, style_for
-from lazymem.methods.base import Context, Memory, NotApplicable, query_time
+from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label
+from lazymem.methods.base import Context, MemoryBlock, NotApplicable, query_time
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
 
@@ -26,41 +25,44 @@ class Answerer:
         self.client, self.system = client, system
         self.templates = {"compressed": compressed, "raw": raw}
 
-    def messages(self, question: Question, history: History, memory: Memory) -> list[dict]:
+    def messages(self, question: Question, history: History, memory: MemoryBlock) -> list[dict]:
         """The answer model's input: the system prompt and the memory style's user prompt."""
         user = self.templates[memory.style].format(
             query=question.text, query_time=query_time(question, history), memory=memory.text or "(no memory)"
         )
         return [{"role": "system", "content": self.system.text.strip()}, {"role": "user", "content": user}]
 
-    async def __call__(self, question: Question, history: History, memory: Memory):
+    async def __call__(self, question: Question, history: History, memory: MemoryBlock):
         chat = self.messages(question, history, memory)
         version = f"{self.system.version}-{self.templates[memory.style].version}"
         reply = await self.client.chat(chat, prompt_version=version)
         if reply.error:
             raise StageError(f"answer model call failed: {reply.error}")
-        thinking, final = split_thinking(reply.text)
-        return final, reply.reasoning or thinking, reply.latency_s
+        if not reply.text.strip():  # it thought until the budget ran out: no answer, not a wrong one
+            raise StageError(f"answer model gave no final text (finish_reason={reply.finish_reason})")
+        return reply.text.strip(), reply.reasoning or "", reply.latency_s
 
 
 class Judge:
     """One benchmark's LLM judge and its model-free metrics (e.g. LoCoMo's token F1)."""
 
-    def __init__(self, client, prompts: JudgePrompts, style: str, max_tokens=None, metrics=None):
-        self.client, self.prompts, self.style = client, prompts, style
-        self.max_tokens = max_tokens  # this style's output budget, a decoding override; None = the role's
+    def __init__(self, client, prompts: JudgePrompts, max_tokens=None, metrics=None):
+        self.client, self.prompts, self.style = client, prompts, prompts.style
+        self.max_tokens = max_tokens  # the benchmark's output budget, a decoding override; None = the role's
         self.metrics = dict(metrics or {})  # name -> callable(question, answer) -> float | None
 
     @classmethod
-    def from_config(cls, client, cfg, data) -> Judge:
-        """The judge a benchmark's data config declares (`judge`, `metrics`), set up by cfg.judge."""
-        style = style_for(data.get("judge"), cfg.judge.get("style"))
-        options = cfg.judge.get(style) or {}
-        p = cfg.prompts
-        official = options.get("official_src")
-        prompts = JudgePrompts(p.judge_longmemeval, p.judge_rules, p.judge_locomo, official)
-        metrics = {name: instantiate(spec) for name, spec in (data.get("metrics") or {}).items()}
-        return cls(client, prompts, style, options.get("max_tokens"), metrics)
+    def from_config(cls, client, data) -> Judge:
+        """The judge and metrics a benchmark's data config declares (`judge:` and `metrics:`)."""
+        spec = data.get("judge")
+        if not hasattr(spec, "get") or not spec.get("style"):
+            raise ValueError(
+                f"the data config of {data.get('name')!r} declares no judge: add a `judge:` block with "
+                "style, prompt (and rules for the longmemeval style), as lazymem/conf/data/*.yaml do"
+            )
+        prompts = JudgePrompts(spec.style, spec.prompt, spec.get("rules"), spec.get("official_src"))
+        metrics = {name: instantiate(m) for name, m in (data.get("metrics") or {}).items()}
+        return cls(client, prompts, spec.get("max_tokens"), metrics)
 
     @property
     def identity(self) -> dict:
@@ -70,8 +72,8 @@ class Judge:
             "model": cfg.served_name,
             "model_id": cfg.model_id or None,
             "style": self.style,
-            "prompts": self.prompts.source(self.style),
-            "prompts_sha256": self.prompts.official_sha256 if self.style == "longmemeval" else None,
+            "prompts": self.prompts.source(),
+            "prompts_sha256": self.prompts.official_sha256,
             "prompt_version": self.prompts.version,
             "decision_rule": DECISION_RULES[self.style],
             "temperature": cfg.decoding.temperature,
@@ -80,11 +82,13 @@ class Judge:
         }
 
     async def __call__(self, question: Question, answer: str):
-        chat = self.prompts.messages(self.style, question, answer)
+        chat = self.prompts.messages(question, answer)
         budget = {} if self.max_tokens is None else {"max_tokens": int(self.max_tokens)}
         reply = await self.client.chat(chat, prompt_version=self.prompts.version, **budget)
         if reply.error:
             raise StageError(f"judge call failed: {reply.error}")
+        if not reply.text.strip():  # never a silent "incorrect" for a judge cut short while thinking
+            raise StageError(f"judge gave no final text (finish_reason={reply.finish_reason})")
         return parse_label(self.style, reply.text), reply.text, reply.latency_s
 
     def scores(self, question: Question, answer: str) -> dict:
@@ -109,17 +113,21 @@ async def evaluate_question(
         "scores": judge.scores(question, "") if judge else {},
     }
     interrupt.check()  # between questions: a signal stops the run even if its exception was swallowed
-    if ctx.llms is not None and hasattr(ctx.llms, "revive"):
+    if ctx.llms is not None:
         ctx.llms.revive()  # a dead server restarts (once); dying again raises ServerDied and ends the run
     t0 = time.perf_counter()
     try:
         memory = await method.build(question, history, ctx)
-        record.update(memory.detail)
         record.update(
             memory=memory.text,
             memory_style=memory.style,
             shown=memory.shown,
             memory_tokens=count_tokens(memory.text),
+            retrieved=memory.retrieved,
+            retrieval_scores=memory.scores,
+            windows=memory.windows,
+            decided=memory.decided,
+            detail=memory.detail,
         )
         t1 = time.perf_counter()
         answer, thinking, _ = await answerer(question, history, memory)

@@ -12,11 +12,52 @@ import logging
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 from lazymem import interrupt
 
 log = logging.getLogger(__name__)
 FINAL = ("ok", "not_applicable")  # statuses a resumed run keeps; errors are retried
+
+
+class Record(TypedDict):
+    """One (method, question) line of task=evaluate (eval/pipeline.evaluate_question).
+
+    Every method fills the same fields: `retrieved`, `retrieval_scores`, `windows` and `decided` are empty
+    when the method retrieves or decides nothing. `detail` holds a method's own extras that no metric reads
+    (NanoMemory's ranked sessions, FullHistory's budget, ...). A question that failed or does not apply
+    (`status` error / not_applicable) stops after `error`; the rest is there when `status` is ok.
+    """
+
+    qid: str
+    method: str
+    type: str
+    abstention: bool
+    question: str
+    reference: str
+    query_time: str
+    gold_idx: list[int]
+    scores: dict[str, float | None]  # the benchmark's model-free metrics of the answer (e.g. f1)
+    status: str  # ok | error | not_applicable
+    error: str | None
+    traceback: NotRequired[str]  # an unexpected exception's
+    memory: NotRequired[str]
+    memory_style: NotRequired[str]  # compressed | raw
+    shown: NotRequired[list[int]]  # message indices whose content reached the memory
+    memory_tokens: NotRequired[int]
+    retrieved: NotRequired[list[int]]  # message indices retrieval returned, best first
+    retrieval_scores: NotRequired[list[float]]  # their retrieval scores
+    windows: NotRequired[list[dict[str, Any]]]  # construct/processor.WindowResult.to_record()
+    decided: NotRequired[list[int]]  # message indices the memory model decided KEEP or DROP on
+    detail: NotRequired[dict[str, Any]]
+    answer: NotRequired[str]
+    answer_thinking: NotRequired[str | None]
+    correct: NotRequired[bool | None]  # None: the judge gave no label
+    judge_raw: NotRequired[str | None]
+    contains_reference: NotRequired[bool | None]
+    latency_s: NotRequired[dict[str, float]]  # per stage and total, seconds
+    build_s: NotRequired[float]
+    latency_runs: NotRequired[list[dict[str, float]]]  # every timed pass (added when summarizing)
 
 
 class RecordsExist(RuntimeError):

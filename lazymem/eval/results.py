@@ -1,8 +1,9 @@
-"""results.md: the summary as Markdown tables (accuracy, memory tokens, latency, construction)."""
+"""results.md: one benchmark's summary as Markdown tables (accuracy, memory tokens, latency, construction)."""
 
 from __future__ import annotations
 
 from lazymem.eval.judge import describe_judge
+from lazymem.eval.summary import BenchmarkSummary
 
 
 def _metrics(methods: dict) -> list[str]:
@@ -31,7 +32,8 @@ def _f(x, digits=2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def render_results(summary: dict) -> str:
+def render_results(summary: BenchmarkSummary, llm: dict | None = None) -> str:
+    """The benchmark's tables; `llm` (the run's LLM call stats) adds a table of calls per role."""
     methods = summary["methods"]
     types = sorted({t for s in methods.values() for t in s["accuracy_by_type"]})
     lines = [f"## Accuracy ({summary.get('dataset')})", ""]
@@ -76,7 +78,6 @@ def render_results(summary: dict) -> str:
             d = s["latency_s"][st]
             cells.append("–" if not d["n"] else "/".join(_f(d[k]) for k in ("mean", "median", "p90", "p95")))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    llm = summary.get("llm") or {}
     if llm:
         lines += ["", "## LLM calls", "", "| role | calls | cache hits | errors |", "|---|---:|---:|---:|"]
         for role, st in llm.items():

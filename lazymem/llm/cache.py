@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lazymem.sqlite import connect
+from lazymem import sqlite
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS completions (
+TABLE = "completions"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
     key TEXT PRIMARY KEY,
     model TEXT NOT NULL,
     value TEXT NOT NULL,
@@ -59,7 +60,7 @@ class LLMCache:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        conn = connect(self.path, self.busy_timeout_s, _SCHEMA, thread_safe=True)
+        conn = sqlite.connect(self.path, self.busy_timeout_s, _SCHEMA, thread_safe=True)
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -86,6 +87,17 @@ class LLMCache:
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
+
+    def summary(self) -> dict[str, dict]:
+        """Per served model name: entries, bytes of stored replies, oldest and newest (unix time)."""
+        with self._lock:
+            return sqlite.summarize(self._connect(), TABLE, "value")
+
+    def prune(self, before: float | None = None, model: str | None = None, apply: bool = False) -> dict:
+        """Replies per model written before `before` and/or of models matching the glob `model`; deleted
+        only with `apply` (see lazymem.sqlite.prune)."""
+        with self._lock:
+            return sqlite.prune(self._connect(), TABLE, before, model, apply)
 
     def close(self) -> None:
         with self._lock:

@@ -10,22 +10,21 @@ import asyncio
 import logging
 import os
 import random
-import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
 
 from lazymem import interrupt
+from lazymem.llm.backends import Dialect, get_dialect
 from lazymem.llm.cache import LLMCache, cache_key
+from lazymem.llm.completion import Completion
 from lazymem.llm.servers import ServerDied
 
 log = logging.getLogger(__name__)
 
-DIALECTS = ("openai", "vllm", "llamacpp")
 _RETRY_STATUS = {408, 409, 425, 429}
-_THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.DOTALL)
 
 
 class MissingApiKey(RuntimeError):
@@ -52,7 +51,7 @@ class ClientConfig:
     served_name: str  # the `model` field of each request
     model_id: str = ""  # which weights answer (path, sha256, checkpoint): part of the cache key
     api_key_env: str | None = None  # env var holding the key; None for local servers (dummy key)
-    dialect: str = "openai"  # how response_format and the thinking budget are sent: see DIALECTS
+    dialect: str | Dialect = "openai"  # how response_format and the thinking budget are sent (backends.py)
     concurrency: int = 8  # requests in flight at once (the paper keeps up to 64 windows in flight)
     timeout_s: float = 120.0  # per attempt
     max_retries: int = 3  # retries after the first attempt
@@ -63,41 +62,12 @@ class ClientConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # sent verbatim with every request
 
     def __post_init__(self) -> None:
-        if self.dialect not in DIALECTS:
-            raise ValueError(f"dialect {self.dialect!r} not in {DIALECTS}")
-
-
-@dataclass
-class Completion:
-    text: str
-    reasoning: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0  # first send to final answer incl. retries and backoff; a hit keeps the original
-    attempts: int = 0  # 0 for a cache hit
-    cached: bool = False
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        object.__setattr__(self, "dialect", get_dialect(self.dialect))  # a name becomes its object
 
 
 def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str, Any]:
     """An OpenAI ``response_format`` asking for JSON that follows ``schema``."""
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
-
-
-def _for_dialect(response_format: dict[str, Any], dialect: str) -> dict[str, Any]:
-    # llama-cpp-python accepts only "text" / "json_object"; a schema rides along as "schema" and becomes
-    # a grammar. vLLM and hosted APIs take OpenAI's json_schema form unchanged.
-    if dialect == "llamacpp" and response_format.get("type") == "json_schema":
-        return {"type": "json_object", "schema": response_format["json_schema"]["schema"]}
-    return response_format
 
 
 def _api_key(env_name: str | None) -> str:
@@ -125,12 +95,7 @@ def _parse(resp: Any) -> tuple[str, str | None, str | None, int, int]:
         raise MalformedResponse(f"malformed response ({type(e).__name__}): {str(resp)[:300]!r}") from e
     if content is not None and not isinstance(content, str):
         raise MalformedResponse(f"message content is {type(content).__name__}, not text")
-    content = content or ""
-    if reasoning is None and "</think>" in content:  # server without a reasoning parser
-        m = _THINK.match(content)
-        if m:
-            reasoning, content = m.group(1).strip(), content[m.end() :]
-    return content, reasoning, finish, pt, ct
+    return content or "", reasoning, finish, pt, ct
 
 
 def _classify(e: BaseException, timeout_s: float) -> tuple[str, bool, float | None]:
@@ -189,13 +154,13 @@ class LLMClient:
         if decoding.seed is not None:
             body["seed"] = decoding.seed + sample
         if response_format is not None and self.cfg.structured:
-            body["response_format"] = _for_dialect(response_format, self.cfg.dialect)
+            body["response_format"] = self.cfg.dialect.response_format(response_format)
         extra = dict(self.cfg.extra_body)
         if decoding.thinking is not None:
             kwargs = {**extra.get("chat_template_kwargs", {}), "enable_thinking": decoding.thinking}
             extra["chat_template_kwargs"] = kwargs
-        if decoding.thinking_budget is not None and self.cfg.dialect == "vllm":
-            extra["thinking_token_budget"] = decoding.thinking_budget
+        if decoding.thinking_budget is not None:
+            extra.update(self.cfg.dialect.thinking_budget(decoding.thinking_budget))
         return body, extra
 
     def key(self, body: dict[str, Any], extra: dict[str, Any], prompt_version: str, sample: int) -> str:
@@ -251,16 +216,18 @@ class LLMClient:
                 try:
                     async with asyncio.timeout(cfg.timeout_s):
                         resp = await client.chat.completions.create(**body, extra_body=extra or None)
-                    text, reasoning, finish, pt, ct = _parse(resp)
+                    done = Completion(*_parse(resp), time.monotonic() - start, attempt)
                 except asyncio.CancelledError:
                     raise
                 except (openai.OpenAIError, TimeoutError, ValueError) as e:
                     error, retryable, retry_after = _classify(e, cfg.timeout_s)
                 else:
-                    if text.strip():
-                        return Completion(text, reasoning, finish, pt, ct, time.monotonic() - start, attempt)
+                    # Thinking without a final answer is the model's output (the caller judges it);
+                    # nothing at all is a failed call.
+                    if done.text.strip() or done.reasoning:
+                        return done
                     # Deterministic decoding would give the same empty answer again: no retry.
-                    error, retryable, retry_after = f"empty completion (finish_reason={finish})", False, None
+                    error, retryable = f"empty completion (finish_reason={done.finish_reason})", False
             interrupt.check()  # never retry after SIGINT/SIGTERM: the servers are already down
             if retryable and error.startswith("connection error"):
                 error, retryable = self._revive(error)
@@ -291,10 +258,6 @@ class LLMClient:
         if retry_after is not None:
             d = max(d, min(retry_after, self.cfg.backoff_cap_s))
         return d / 2 + random.random() * d / 2
-
-    async def chat_many(self, conversations: list[list[dict[str, Any]]], **kwargs: Any) -> list[Completion]:
-        """Many calls at once (bounded by ``concurrency``), results in input order."""
-        return list(await asyncio.gather(*(self.chat(m, **kwargs) for m in conversations)))
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -1,52 +1,72 @@
-"""What every method shares: the Memory it returns and the per-job Context it reads from."""
+"""What every method shares: the MemoryBlock it returns and the per-job Context it reads from."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from lazymem.data.schema import History, Question
 from lazymem.retrieval.base import SearchResult
 
-STYLES = ("compressed", "raw")
+STYLES = ("compressed", "raw")  # which answer prompt reads the block: notes or verbatim messages
 
 
 @dataclass
-class Memory:
-    """A memory block plus what it took to build it.
+class MemoryBlock:
+    """A memory block plus what it took to build it; every field but `detail` is a typed record field.
 
-    `style` picks the answer prompt (compressed notes vs verbatim messages). `shown` are the message
-    indices whose content reached the block (for evidence coverage). `timings` holds seconds for the
-    stages the method ran (`retrieval`, `processing`); `detail` goes into the record as is.
+    `style` picks the answer prompt (one of STYLES). `shown` are the message indices whose content reached
+    the block (evidence coverage). `timings` holds seconds for the stages the method ran (`retrieval`,
+    `processing`). `retrieved`/`scores` are the retrieval ranking it started from, `windows` the memory
+    model's per-window records (construct.processor.WindowResult.to_record) and `decided` the messages
+    that got a KEEP/DROP decision; methods without those stages leave them empty. `detail` holds
+    method-specific extras that go into the record under `detail` and that no metric reads.
     """
 
     text: str
     style: str
     shown: list[int]
     timings: dict[str, float] = field(default_factory=dict)
+    retrieved: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    decided: list[int] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"memory style {self.style!r} not in {STYLES}")
 
 
 class NotApplicable(Exception):
     """The method is not defined for this benchmark; the question is recorded, not scored or failed."""
 
 
+@runtime_checkable
 class Method(Protocol):
-    name: str
+    """What the evaluate task needs from a method (conf/method/NAME.yaml instantiates one).
 
-    async def build(self, question: Question, history: History, ctx: Context) -> Memory: ...
+    `roles` are the LLM roles (llm.roles.NAME) the method calls itself; the answer and judge roles belong
+    to the job. `needs_retrieval` says whether the job must build its retriever for this method.
+    """
+
+    name: str
+    roles: tuple[str, ...]
+    needs_retrieval: bool
+
+    async def build(self, question: Question, history: History, ctx: Context) -> MemoryBlock: ...
 
 
 class Context:
-    """Shared by every method of a job: the retriever (indexes and searches reused), LLM roles, options.
+    """Shared by every method of a job: the retriever (indexes and searches reused) and the LLM roles.
 
     Retrieval for a question runs once per job; later methods reuse the result and are charged the
     latency it cost the first time (so each method's timings stay comparable).
     """
 
-    def __init__(self, retriever=None, llms=None, processor=None, dataset_name: str | None = None):
-        self.retriever, self.llms, self.processor = retriever, llms, processor
+    def __init__(self, retriever=None, llms=None, dataset_name: str | None = None):
+        self.retriever, self.llms = retriever, llms
         self.dataset_name = dataset_name  # lets a method decline a benchmark it is not defined for
         self._searches: dict[tuple[str, str], tuple[SearchResult, float]] = {}
 
@@ -54,6 +74,12 @@ class Context:
         """Forget the retrieval results of earlier passes (latency protocol: every pass searches anew).
         The per-history indexes stay: they are the stored memory, built before any question is timed."""
         self._searches.clear()
+
+    def dense(self, name: str = "dense"):
+        """The job's dense retriever `retrieval.retrievers.NAME` (its encoder and embedding cache)."""
+        if self.retriever is None:
+            raise RuntimeError(f"this method needs the dense retriever {name!r} but the job has no retriever")
+        return self.retriever.dense(name)
 
     def search(self, question: Question, history: History, n: int) -> tuple[SearchResult, float]:
         """The top-n retrieved messages and the seconds that retrieval took (index build excluded)."""

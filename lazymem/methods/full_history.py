@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from lazymem.construct.render import message_line, render_raw
 from lazymem.data.schema import History, Question
-from lazymem.methods.base import Context, Memory
+from lazymem.methods.base import Context, MemoryBlock
 from lazymem.tokens import count_tokens
 
 COUNTERS: dict[str, Callable[[str], int]] = {
@@ -22,6 +22,9 @@ COUNTERS: dict[str, Callable[[str], int]] = {
 
 
 class FullHistory:
+    needs_retrieval = False
+    roles = ()
+
     def __init__(self, name: str = "full_history", budget_tokens: int = 28000, count: str = "qwen"):
         if count not in COUNTERS:
             raise ValueError(f"count {count!r} not in {sorted(COUNTERS)}")
@@ -29,7 +32,7 @@ class FullHistory:
             raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
         self.name, self.budget_tokens, self.count = name, budget_tokens, count
 
-    async def build(self, question: Question, history: History, ctx: Context) -> Memory:
+    async def build(self, question: Question, history: History, ctx: Context) -> MemoryBlock:
         counter = COUNTERS[self.count]
         kept, used = [], 0
         for message in reversed(history.messages):
@@ -43,7 +46,7 @@ class FullHistory:
         while kept and counter(text) > self.budget_tokens:
             kept = kept[1:]
             text = render_raw(kept)
-        return Memory(
+        return MemoryBlock(
             text=text,
             style="raw",
             shown=[m.idx for m in kept],

@@ -22,12 +22,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lazymem.construct.decisions import split_thinking
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Message, Question
-from lazymem.methods.base import Context, Memory, query_time
+from lazymem.methods.base import Context, MemoryBlock, query_time
 from lazymem.prompts import load
-from lazymem.retrieval.base import render
 from lazymem.tokens import count_tokens
 
 NONE_MARKER = "NO RELEVANT CONTENT"
@@ -50,31 +48,23 @@ class NanoMemory:
         if top_sessions < 1:
             raise ValueError(f"top_sessions must be >= 1, got {top_sessions}")
         self.name, self.top_sessions, self.role, self.retriever = name, top_sessions, role, retriever
+        self.roles = (role,)
         self.system, self.user = load(system_prompt), load(user_prompt)
         self.prompt_version = f"{self.system.version}-{self.user.version}"
         self.decoding = dict(decoding or {})
 
-    def dense(self, ctx: Context):
-        retrievers = getattr(ctx.retriever, "retrievers", None) or {}
-        if self.retriever not in retrievers:
-            raise RuntimeError(
-                f"{self.name} embeds turns with the retriever {self.retriever!r}, but the job's retrieval "
-                f"has {sorted(retrievers)}: use a retrieval config with a dense retriever"
-            )
-        return retrievers[self.retriever]
-
-    async def build(self, question: Question, history: History, ctx: Context) -> Memory:
-        dense = self.dense(ctx)
+    async def build(self, question: Question, history: History, ctx: Context) -> MemoryBlock:
+        dense = ctx.dense(self.retriever)
         turns = session_turns(history)
         if not turns:
-            return Memory(text="", style="compressed", shown=[], detail={"ranked_sessions": []})
+            return MemoryBlock(text="", style="compressed", shown=[], detail={"ranked_sessions": []})
         t0 = time.perf_counter()
-        texts = ["\n".join(render(history.messages[i], dense.template) for i in idx) for _, idx in turns]
+        texts = ["\n".join(dense.render(history.messages[i]) for i in idx) for _, idx in turns]
         matrix, embedded = dense.embed(texts)
         index_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        query = dense.encoder.encode([dense.query_template.format(query=question.text)])[0]
+        query = dense.embed_query(question.text)
         ranked = rank_sessions([sid for sid, _ in turns], matrix @ query, history.session_ids)
         retrieval_s = time.perf_counter() - t0
 
@@ -89,12 +79,12 @@ class NanoMemory:
         processing_s = time.perf_counter() - t0
         if reply.error:
             raise StageError(f"{self.name} construction call failed: {reply.error}")
-        thinking, final = split_thinking(reply.text)
+        final = reply.text.strip()
         if not final:
             raise StageError(f"{self.name} construction call gave no final text (stopped while thinking?)")
         text = "" if final.strip().rstrip(".") == NONE_MARKER else final
         candidates = [m for sid in chosen for m in by_session[sid]]
-        return Memory(
+        return MemoryBlock(
             text=text,
             style="compressed",
             shown=copied_from(text, candidates),
@@ -110,7 +100,7 @@ class NanoMemory:
                 "construct_latency_s": round(reply.latency_s, 4),
                 "construct_cached": reply.cached,
                 "construct_usage": {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens},
-                "construct_thinking": reply.reasoning or thinking,
+                "construct_thinking": reply.reasoning or "",
             },
         )
 

@@ -12,26 +12,29 @@ from collections.abc import Sequence
 
 from lazymem.construct.render import render_raw
 from lazymem.data.schema import History, Question
-from lazymem.methods.base import Context, Memory, NotApplicable
+from lazymem.methods.base import Context, MemoryBlock, NotApplicable
 
 __all__ = ["NotApplicable", "OracleSession", "evidence_sessions"]
 
 
 class OracleSession:
+    needs_retrieval = False
+    roles = ()
+
     def __init__(
         self, name: str = "oracle_session", applicable_to: Sequence[str] = ("longmemeval", "synthetic")
     ):
         self.name = name
         self.applicable_to = tuple(applicable_to)
 
-    async def build(self, question: Question, history: History, ctx: Context) -> Memory:
+    async def build(self, question: Question, history: History, ctx: Context) -> MemoryBlock:
         dataset = ctx.dataset_name
         if dataset is not None and dataset not in self.applicable_to:
             raise NotApplicable(f"{self.name} is not defined for {dataset} (only {list(self.applicable_to)})")
         wanted = evidence_sessions(question, history)
         messages = [m for m in history.messages if m.session_id in wanted]
         present = set(history.session_ids)
-        return Memory(
+        return MemoryBlock(
             text=render_raw(messages),
             style="raw",
             shown=[m.idx for m in messages],

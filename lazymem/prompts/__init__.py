@@ -18,6 +18,12 @@ BUNDLED = Path(__file__).resolve().parent
 class Template:
     name: str
     text: str
+    path: Path | None = None  # the file it was read from
+
+    @property
+    def bundled(self) -> bool:
+        """Shipped with lazymem (our own words), not a file of the user's."""
+        return self.path is not None and self.path.parent == BUNDLED
 
     @property
     def version(self) -> str:
@@ -34,7 +40,7 @@ def load(name_or_path: str) -> Template:
         path = BUNDLED / f"{name_or_path}.txt"
     if not path.is_file():
         raise FileNotFoundError(f"prompt template {name_or_path!r} not found (looked for {path})")
-    return Template(path.stem, path.read_text())
+    return Template(path.stem, path.read_text(), path.resolve())
 
 
 def load_json(name_or_path: str) -> dict:

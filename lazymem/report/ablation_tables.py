@@ -2,13 +2,11 @@
 perturbations) from collected runs, the paper's numbers beside ours (Markdown `ours (paper)`, CSV `X_paper`).
 
 Tables 5/6 come from task=evaluate runs labelled with a `constructor` (the nanomemory_depth experiments):
-one row per (top-k sessions, constructor). Table 11 from runs whose summary.json holds `reward_diagnostics`
-(task=reward_rollouts), Table 12 from runs whose summary.json holds `perturbation` (task=perturbation).
+one row per (top-k sessions, constructor). Table 11 from runs whose summary.json holds the table
+`reward_diagnostics` (task=reward_rollouts), Table 12 from those holding `perturbation` (task=perturbation).
 """
 
 from __future__ import annotations
-
-import json
 
 from lazymem.report.collect import Run, correct_by_question
 from lazymem.report.tables import CI_NOTE, STATS, Cell, Table, ci_cells
@@ -16,10 +14,6 @@ from lazymem.stats import mean
 
 NANOMEMORY = "lazymem.methods.nanomemory.NanoMemory"
 REWARDS = {"micro": "Micro (Eq. 10)", "symmetric": "Symmetric (Eq. 11)", "ours": "Ours (Eq. 12)"}
-
-
-def _summary(run: Run) -> dict:
-    return json.loads((run.path / "summary.json").read_text())
 
 
 def _pct(x: float | None) -> float | None:
@@ -115,7 +109,9 @@ def nanomemory_rows(runs: list[Run]) -> list[dict]:
                         "constructor": str(constructor),
                         "model": run.get(f"llm.roles.{cfg.get('role')}.model") or run.get("llm.common.model"),
                         "correct": correct_by_question(run, bench, method),
-                        "tokens": mean(r["session_tokens"] for r in ok if "session_tokens" in r),
+                        "tokens": mean(
+                            r["detail"]["session_tokens"] for r in ok if "session_tokens" in r["detail"]
+                        ),
                         "summary": s,
                     }
                 )
@@ -161,9 +157,9 @@ def tables56(runs: list[Run], ref: dict) -> list[Table]:
 def build(runs: list[Run], ref: dict) -> list[Table]:
     tables = tables56(runs, ref)
     for run in runs:
-        summary = _summary(run)
-        if isinstance(summary.get("reward_diagnostics"), dict):
-            tables.append(table11(run.name, summary["reward_diagnostics"], ref))
-        if isinstance(summary.get("perturbation"), dict):
-            tables.append(table12(run.name, summary["perturbation"], ref))
+        found = run.summary["tables"]
+        if "reward_diagnostics" in found:
+            tables.append(table11(run.name, found["reward_diagnostics"], ref))
+        if "perturbation" in found:
+            tables.append(table12(run.name, found["perturbation"], ref))
     return tables

@@ -1,9 +1,9 @@
 """Find finished run directories and flatten them into one row per (run, benchmark, method).
 
-A run directory holds config.yaml and summary.json. `task=evaluate` writes one summary
-({"dataset", "methods", ...}) and records.jsonl beside it; `task=main_table` writes {benchmark: summary}
-with each benchmark's records.jsonl in a subdirectory of that name. A path given to `find_runs` may be
-a run directory or any folder above run directories (a sweep with numbered subdirectories).
+A run directory holds config.yaml and summary.json (lazymem/eval/summary.py, read with its reader). Each
+benchmark's records.jsonl (and coverage.json) lies in a subdirectory of the benchmark's name
+(task=main_table), or in the run directory itself (task=evaluate). A path given to `find_runs` may be a
+run directory or any folder above run directories (a sweep with numbered subdirectories).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from lazymem.eval.records import read_records
+from lazymem.eval.records import Record, read_records
+from lazymem.eval.summary import FILE, BenchmarkSummary, Summary, read_summary
 
 MAX_DEPTH = 4
 
@@ -25,9 +26,13 @@ class Run:
     path: Path
     name: str
     config: dict
-    summaries: dict[str, dict]  # benchmark -> evaluate summary
-    records: dict[str, list[dict]] = field(default_factory=dict)  # benchmark -> records
+    summary: Summary
+    records: dict[str, list[Record]] = field(default_factory=dict)  # benchmark -> records
     coverage: dict[str, dict] = field(default_factory=dict)  # benchmark -> coverage.json
+
+    @property
+    def summaries(self) -> dict[str, BenchmarkSummary]:
+        return self.summary["benchmarks"]
 
     def get(self, dotted: str, default=None):
         node = self.config
@@ -43,7 +48,7 @@ def _natural(path: Path):
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / "summary.json").is_file() and (path / "config.yaml").is_file()
+    return (path / FILE).is_file() and (path / "config.yaml").is_file()
 
 
 def find_runs(paths) -> list[Path]:
@@ -67,35 +72,22 @@ def find_runs(paths) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def _read_records(path: Path) -> list[dict]:
-    """records.jsonl of a run (a torn last line skipped), or none when the run wrote no such file."""
-    return read_records(path) if path.is_file() else []
-
-
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+def _beside(path: Path, bench: str, name: str) -> Path:
+    """A benchmark's own file: in its subdirectory when there is one, else in the run directory."""
+    own = path / bench / name
+    return own if own.is_file() else path / name
 
 
 def load_run(path: Path, name: str | None = None) -> Run:
     path = Path(path)
     config = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    summary = json.loads((path / "summary.json").read_text())
-    run = Run(path=path, name=name or path.name, config=config, summaries={})
-    if "methods" in summary:  # task=evaluate: one benchmark at the top
-        bench = summary.get("dataset") or run.get("data.name") or "data"
-        run.summaries[bench] = summary
-        run.records[bench] = _read_records(path / "records.jsonl")
-        cov = _read_json(path / "coverage.json")
-        if cov:
-            run.coverage[bench] = cov
-    else:  # task=main_table: {benchmark: summary}, records in <benchmark>/
-        for bench, s in summary.items():
-            if isinstance(s, dict) and "methods" in s:
-                run.summaries[bench] = s
-                run.records[bench] = _read_records(path / bench / "records.jsonl")
-                cov = _read_json(path / bench / "coverage.json") or _read_json(path / "coverage.json")
-                if cov:
-                    run.coverage[bench] = cov
+    run = Run(path=path, name=name or path.name, config=config, summary=read_summary(path))
+    for bench in run.summaries:
+        records = _beside(path, bench, "records.jsonl")
+        run.records[bench] = read_records(records) if records.is_file() else []
+        coverage = _beside(path, bench, "coverage.json")
+        if coverage.is_file():
+            run.coverage[bench] = json.loads(coverage.read_text())
     return run
 
 

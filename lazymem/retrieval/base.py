@@ -7,7 +7,9 @@ that what BM25, the bi-encoder and the reranker read can be tuned separately (e.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -47,6 +49,28 @@ class SearchResult:
     scores: list[float]
     timings: dict[str, float]
     ranked: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class Index(Protocol):
+    """One retriever's index over one history. `embedded`: texts it had to encode (0 for lexical ones)."""
+
+    embedded: int
+
+    def search(self, query: str, k: int | None = None) -> Ranking:
+        """Positions in the message list the index was built on, best first (top k; None = all)."""
+        ...
+
+
+class Retriever(Protocol):
+    """A first-stage retriever (an entry of `retrieval.retrievers`): indexes one history's messages."""
+
+    def build(self, messages: Sequence[Message]) -> Index: ...
+
+
+class Reranker(Protocol):
+    """Scores candidates for a query, higher is better; None = no reranking (keep the fused order)."""
+
+    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None: ...
 
 
 def check_template(template: str) -> str:

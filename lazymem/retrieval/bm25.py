@@ -77,6 +77,8 @@ class Tokenizer:
 class BM25Index:
     """BM25 over one history's messages. `search` ranks positions in the list it was built on."""
 
+    embedded = 0  # lexical: nothing to encode
+
     def __init__(
         self, docs: list[list[str]], tokenizer: Tokenizer, backend: str, k1: float, b: float, method: str
     ):

@@ -189,6 +189,14 @@ class DenseRetriever:
             return np.zeros((0, 0), dtype=np.float32), 0
         return np.stack([known[k] for k in keys]), len(todo)
 
+    def render(self, message: Message) -> str:
+        """The text this retriever embeds for a message."""
+        return render(message, self.template)
+
+    def embed_query(self, query: str) -> np.ndarray:
+        """The query's vector (wrapped in `query_template`), comparable with `embed`'s rows."""
+        return self.encoder.encode([self.query_template.format(query=query)])[0]
+
     def build(self, messages: Sequence[Message]) -> DenseIndex:
-        matrix, embedded = self.embed([render(m, self.template) for m in messages])
+        matrix, embedded = self.embed([self.render(m) for m in messages])
         return DenseIndex(matrix, self.encoder, self.query_template, embedded)

@@ -1,9 +1,10 @@
 """On-disk cache of message embeddings: SQLite in WAL mode, one row per (model, text).
 
 The key is the model identity plus sha256 of the exact string fed to the encoder, so a change of
-template, prompt or model never reuses a stale vector. Each `put` is one transaction, so a run killed
-mid-way keeps every batch it finished; WAL plus a busy timeout lets several processes read and write
-the same file (writers queue, readers never block).
+template, prompt or model never reuses a stale vector. `created` (unix time of the first write) lets
+task=cache prune by age; files from before it existed get the time they were first reopened. Each
+`put` is one transaction, so a run killed mid-way keeps every batch it finished; WAL plus a busy
+timeout lets several processes read and write the same file (writers queue, readers never block).
 """
 
 from __future__ import annotations
@@ -11,19 +12,22 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from lazymem.sqlite import connect
+from lazymem import sqlite
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS embeddings (
-    model TEXT NOT NULL,
-    key   TEXT NOT NULL,
-    dim   INTEGER NOT NULL,
-    vec   BLOB NOT NULL,
+TABLE = "embeddings"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    model   TEXT NOT NULL,
+    key     TEXT NOT NULL,
+    dim     INTEGER NOT NULL,
+    vec     BLOB NOT NULL,
+    created REAL,
     PRIMARY KEY (model, key)
 ) WITHOUT ROWID
 """
@@ -48,7 +52,8 @@ class EmbeddingCache:
     def _connection(self) -> sqlite3.Connection:
         # A connection must not cross a fork: reopen in a child process.
         if self._conn is None or self._pid != os.getpid():
-            conn = connect(self.path, self.timeout_s, _SCHEMA)
+            conn = sqlite.connect(self.path, self.timeout_s, _SCHEMA)
+            _add_created(conn)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
@@ -75,15 +80,16 @@ class EmbeddingCache:
         """Store one batch atomically. Rows already present (e.g. from another process) are kept."""
         if not items:
             return
-        rows = []
+        rows, now = [], time.time()
         for key, vec in items.items():
             arr = np.ascontiguousarray(vec, dtype=np.float32).ravel()
-            rows.append((model, key, arr.shape[0], arr.tobytes()))
+            rows.append((model, key, arr.shape[0], arr.tobytes(), now))
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no lock-upgrade deadlock
         try:
             conn.executemany(
-                "INSERT OR IGNORE INTO embeddings (model, key, dim, vec) VALUES (?, ?, ?, ?)", rows
+                "INSERT OR IGNORE INTO embeddings (model, key, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
+                rows,
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -96,6 +102,15 @@ class EmbeddingCache:
             return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
         return conn.execute("SELECT COUNT(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
 
+    def summary(self) -> dict[str, dict]:
+        """Per model identity: entries, bytes of vectors, oldest and newest (unix time)."""
+        return sqlite.summarize(self._connection(), TABLE, "vec")
+
+    def prune(self, before: float | None = None, model: str | None = None, apply: bool = False) -> dict:
+        """Vectors per model written before `before` and/or of model identities matching the glob `model`;
+        deleted only with `apply` (see lazymem.sqlite.prune)."""
+        return sqlite.prune(self._connection(), TABLE, before, model, apply)
+
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
             self._conn.close()
@@ -106,3 +121,18 @@ class EmbeddingCache:
         state = dict(self.__dict__)
         state["_conn"], state["_pid"] = None, None
         return state
+
+
+def _add_created(conn: sqlite3.Connection) -> None:
+    """Gives a cache file written before `created` existed the column, its rows dated now."""
+    if "created" in {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}:
+        return
+    conn.execute("BEGIN IMMEDIATE")  # another process may be adding it at the same moment
+    try:
+        if "created" not in {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}:
+            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN created REAL")
+            conn.execute(f"UPDATE {TABLE} SET created = ?", (time.time(),))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

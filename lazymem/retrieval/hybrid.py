@@ -17,10 +17,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from lazymem.data.schema import History
-from lazymem.retrieval.base import STAGES, Ranking, SearchResult
+from lazymem.retrieval.base import STAGES, Index, Ranking, Reranker, Retriever, SearchResult
+from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.fusion import RRF
 from lazymem.retrieval.rerank import NoReranker
 
@@ -39,7 +39,7 @@ class HistoryIndex:
     def __init__(
         self,
         history: History,
-        indexes: dict[str, Any],
+        indexes: dict[str, Index],
         build_timings: dict[str, float],
         owner: HybridRetriever,
     ):
@@ -48,7 +48,7 @@ class HistoryIndex:
         self.indexes = indexes
         self.build_timings = build_timings  # seconds per retriever
         self.build_seconds = sum(build_timings.values())
-        self.embedded = sum(getattr(ix, "embedded", 0) for ix in indexes.values())  # texts encoded
+        self.embedded = sum(ix.embedded for ix in indexes.values())  # texts encoded
         self._owner = owner
 
     def search(self, query: str, n: int | None = None) -> SearchResult:
@@ -108,9 +108,9 @@ class HybridRetriever:
 
     def __init__(
         self,
-        retrievers: Mapping[str, Any],
+        retrievers: Mapping[str, Retriever | None],
         fusion: RRF | None = None,
-        reranker: Any = None,
+        reranker: Reranker | None = None,
         n: int = 50,
         rerank_candidates: int | None = None,
         max_cached_indexes: int = 16,
@@ -149,6 +149,17 @@ class HybridRetriever:
 
     def search(self, history: History, query: str, n: int | None = None) -> SearchResult:
         return self.index(history).search(query, n)
+
+    def dense(self, name: str = "dense") -> DenseRetriever:
+        """The dense retriever configured as `retrievers.NAME`, for methods that embed their own units
+        (NanoMemory's turns) with the job's encoder and embedding cache."""
+        retriever = self.retrievers.get(name)
+        if not isinstance(retriever, DenseRetriever):
+            raise ValueError(
+                f"no dense retriever named {name!r} in this job's retrieval (it has "
+                f"{sorted(self.retrievers)}): use a retrieval config with a dense retriever"
+            )
+        return retriever
 
     def clear(self) -> None:
         self._cache.clear()

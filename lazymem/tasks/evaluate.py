@@ -1,47 +1,52 @@
 """task=evaluate: every configured method over the selected questions, through real model servers.
 
 Writes records.jsonl (one line per method and question, appended as each finishes), summary.json
-(per method) and results.md. Questions run one after another (the paper's latency protocol); the
-windows of a question run concurrently. `resume=true` continues a run in the same directory.
+(eval/summary.py: per method, under the benchmark's name) and results.md. Questions run one after another
+(the paper's latency protocol); the windows of a question run concurrently. `resume=true` continues a
+run in the same directory.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset
 from lazymem.eval.latency import LatencyRuns
 from lazymem.eval.metrics import summarize
 from lazymem.eval.pipeline import Answerer, Judge, evaluate_question
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.results import render_results
+from lazymem.eval.summary import BenchmarkSummary, summary, write_summary
 from lazymem.llm.roles import build_llms
-from lazymem.methods.base import Context
+from lazymem.methods.base import Context, Method
 from lazymem.preflight import require
 from lazymem.prompts import load
 
 log = logging.getLogger(__name__)
 
 
-def build_methods(cfg) -> list:
+def build_methods(cfg) -> list[Method]:
     specs = cfg.get("methods") or {cfg.method.name: cfg.method}
     methods = [instantiate(spec) for spec in specs.values()]
+    for key, method in zip(specs, methods, strict=True):
+        if not isinstance(method, Method):
+            raise TypeError(
+                f"method {key!r} ({type(method).__name__}) lacks what lazymem.methods.base.Method declares: "
+                "name, roles, needs_retrieval and async build(question, history, ctx)"
+            )
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
         raise ValueError(f"method names must be unique, got {names}")
     return methods
 
 
-def build_retriever(cfg, methods):
-    needs = any(getattr(m, "needs_retrieval", False) for m in methods)
-    return instantiate(cfg.retrieval) if needs else None
+def build_retriever(cfg, methods: list[Method]):
+    return instantiate(cfg.retrieval) if any(m.needs_retrieval for m in methods) else None
 
 
 def run(cfg, run) -> dict:
@@ -51,29 +56,26 @@ def run(cfg, run) -> dict:
     require(cfg, methods, {})  # the data loader checks its own file
     retriever = build_retriever(cfg, methods)
     with build_llms(cfg.llm, run.dir / "servers") as llms:
-        summary = evaluate(cfg, ds, methods, retriever, llms, run.dir)
-    print("\n" + render_results(summary))
-    return summary
+        bench = evaluate(cfg, ds, methods, retriever, llms, run.dir, on_record=run.tracker.on_record(ds.name))
+        result = summary(cfg.task, {ds.name: bench}, llms.stats())
+    write_summary(run.dir, result)
+    print("\n" + render_results(bench, result["llm"]))
+    return result
 
 
-def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None) -> dict:
-    """Every method over `ds`; writes records.jsonl, summary.json and results.md into out_dir.
+def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None, on_record=None) -> BenchmarkSummary:
+    """Every method over `ds`; writes records.jsonl and results.md into out_dir, returns the summary of
+    this benchmark (the task writes summary.json).
 
     `data` is the benchmark's data config (default cfg.data): it names the judge and the metrics.
+    `on_record(record)` is called with each evaluated question's record as soon as it is written.
     """
     prompts = cfg.prompts
-    roles = sorted({m.processor for m in methods if hasattr(m, "processor")})
-    invalid = OmegaConf.to_container(cfg.construct.invalid)
-    policy = InvalidPolicy(**invalid, structured=cfg.construct.structured)
-    processors = {
-        role: MemoryProcessor(llms[role], load(prompts.memory_system), load(prompts.memory_user), policy)
-        for role in roles
-    }
-    ctx = Context(retriever, llms, processors, dataset_name=ds.name)
+    ctx = Context(retriever, llms, dataset_name=ds.name)
     answerer = Answerer(
         llms["answer"], load(prompts.answer_system), load(prompts.answer_compressed), load(prompts.answer_raw)
     )
-    judge = Judge.from_config(llms["judge"], cfg, cfg.data if data is None else data)
+    judge = Judge.from_config(llms["judge"], cfg.data if data is None else data)
     records = Records(out_dir / "records.jsonl", resume=cfg.resume)
     timed = LatencyRuns(out_dir / "latency_runs.jsonl")
     latency = cfg.latency
@@ -81,25 +83,36 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None) -> dict:
         log.warning(
             "latency.warmup/repeats with llm.cache=true: repeated calls are cache hits, set llm.cache=false"
         )
-    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records, timed, latency.warmup, latency.repeats))
+    asyncio.run(
+        _loop(ds, methods, ctx, answerer, judge, records, timed, latency.warmup, latency.repeats, on_record)
+    )
     written = read_records(records.path)
     for r in written:
         later = timed.of(r["method"], r["qid"])
         if later and r["status"] == "ok":
             r["latency_runs"] = [r["latency_s"], *later]
-    summary = {
+    bench: BenchmarkSummary = {
         "dataset": ds.source.get("name"),
         "judge": judge.identity,
         "methods": {m.name: summarize([r for r in written if r["method"] == m.name]) for m in methods},
-        "llm": llms.stats(),
         "resume_dropped": records.dropped,
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "results.md").write_text(render_results(summary) + "\n")
-    return summary
+    (out_dir / "results.md").write_text(render_results(bench, llms.stats()) + "\n")
+    return bench
 
 
-async def _loop(ds, methods, ctx, answerer, judge, records: Records, timed: LatencyRuns, warmup=0, repeats=1):
+async def _loop(
+    ds,
+    methods,
+    ctx,
+    answerer,
+    judge,
+    records: Records,
+    timed: LatencyRuns,
+    warmup=0,
+    repeats=1,
+    on_record=None,
+):
     """The paper's latency protocol (Appendix C.2), per method: `warmup` full passes over the questions are
     discarded, then `repeats` timed passes. Questions run strictly one after another.
 
@@ -133,6 +146,8 @@ async def _loop(ds, methods, ctx, answerer, judge, records: Records, timed: Late
                 record = await evaluate_question(q, ds.history(q), method, ctx, answerer, scorer)
                 if p == 0:
                     records.append(record)
+                    if on_record is not None:
+                        on_record(record)
                 elif record["status"] == "ok":
                     timed.append(method.name, q.id, p, record["latency_s"])
                 if record["status"] not in ("ok", "not_applicable"):

@@ -4,18 +4,18 @@
     python -m lazymem.run +experiment=main_table_cpu    # the same table with the bundled CPU models
 
 `benchmarks` maps a name to a data config. Model servers, retrieval indexes and embeddings are shared by
-all benchmarks and methods of the job. Each benchmark gets a subdirectory with its records.jsonl,
-summary.json and results.md; at the top, results.md and one CSV per table hold Tables 1, 7 and 8 with the
-paper's numbers beside ours (the same tables task=report builds, lazymem/report/tables.py).
+all benchmarks and methods of the job. Each benchmark gets a subdirectory with its records.jsonl and
+results.md; at the top, summary.json holds every benchmark (eval/summary.py), and results.md and one CSV
+per table hold Tables 1, 7 and 8 with the paper's numbers beside ours (the same tables task=report
+builds, lazymem/report/tables.py).
 """
 
 from __future__ import annotations
 
-import json
-
 from omegaconf import OmegaConf
 
 from lazymem.data import load_dataset
+from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms
 from lazymem.preflight import require
 from lazymem.report.collect import load_run, rows
@@ -25,18 +25,19 @@ from lazymem.tasks.evaluate import build_methods, build_retriever, evaluate
 
 def run(cfg, run) -> dict:
     methods = build_methods(cfg)
-    benchmarks = OmegaConf.to_container(cfg.benchmarks, resolve=True)
-    require(cfg, methods, benchmarks)
+    require(cfg, methods, OmegaConf.to_container(cfg.benchmarks, resolve=True))
     retriever = build_retriever(cfg, methods)
-    summaries = {}
+    benchmarks = {}
     with build_llms(cfg.llm, run.dir / "servers") as llms:
         for name, data in cfg.benchmarks.items():
             ds = load_dataset(data)
             run.meta.add_dataset(ds.source)
             out = run.dir / name
             out.mkdir(exist_ok=True)
-            summaries[name] = evaluate(cfg, ds, methods, retriever, llms, out, data)
-    (run.dir / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
+            track = run.tracker.on_record(name)
+            benchmarks[name] = evaluate(cfg, ds, methods, retriever, llms, out, data, on_record=track)
+        result = summary(cfg.task, benchmarks, llms.stats())
+    write_summary(run.dir, result)
     tables = build_tables(rows([load_run(run.dir)]))
     print("\n" + write_tables(tables, run.dir, "results.md", "Main table"))
-    return summaries
+    return result

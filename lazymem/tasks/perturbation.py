@@ -3,7 +3,7 @@
 Per question: retrieve the local context (top-n expanded by w), build every perturbed memory
 (lazymem/eval/perturb.py), answer each with the answer role and judge it with the judge role, exactly as
 task=evaluate does. Writes records.jsonl (one line per memory; `resume=true` continues a run),
-summary.json ({"dataset", "perturbation": Table 12's numbers, "llm"}), and Table 12 with the paper's
+summary.json (eval/summary.py: Table 12's numbers under tables.perturbation), and Table 12 with the paper's
 numbers beside ours as table12.md and table12_ours.csv (task=report renders it again from summary.json).
 Questions without gold evidence have nothing to perturb and are skipped (counted in the summary).
 """
@@ -11,7 +11,6 @@ Questions without gold evidence have nothing to perturb and are skipped (counted
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from hydra.utils import instantiate
@@ -24,6 +23,7 @@ from lazymem.eval import perturb
 from lazymem.eval.judge import contains_reference
 from lazymem.eval.pipeline import Answerer, Judge
 from lazymem.eval.records import Records, read_records
+from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms
 from lazymem.methods.base import query_time
 from lazymem.preflight import require
@@ -50,17 +50,13 @@ def run(cfg, run) -> dict:
             load(prompts.answer_compressed),
             load(prompts.answer_raw),
         )
-        judge = Judge.from_config(llms["judge"], cfg, cfg.data)
+        judge = Judge.from_config(llms["judge"], cfg.data)
         records = Records(run.dir / "records.jsonl", resume=cfg.resume)
         skipped = asyncio.run(_loop(cfg, ds, retriever, answerer, judge, records))
         table = perturb.summarize(read_records(records.path), names, int(opts.resamples), int(opts.seed))
-        summary = {
-            "dataset": ds.source.get("name"),
-            "judge": judge.identity,
-            "perturbation": table | {"questions_without_gold": skipped},
-            "llm": llms.stats(),
-        }
-    (run.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        found = table | {"dataset": ds.source.get("name"), "judge": judge.identity}
+        found["questions_without_gold"] = skipped
+        write_summary(run.dir, summary(cfg.task, llm=llms.stats(), tables={"perturbation": found}))
     md = write_tables([table12("ours", table, load_references())], run.dir, "table12.md", "Table 12")
     print("\n" + md)
     return {"questions": table["questions"], "errors": table["errors"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from lazymem.eval.summary import SummaryError
 from lazymem.report import ablation_tables
 from lazymem.report.collect import load_runs, rows
 from lazymem.report.dashboard import write_dashboard
@@ -37,7 +38,7 @@ def run(cfg, run) -> dict:
     max_chars = int(_option(cfg, "max_chars", 20000))
     try:
         runs = load_runs(inputs)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, SummaryError) as e:
         raise SystemExit(f"error: {e}") from None
     if not runs:
         raise SystemExit(f"error: no run directories (config.yaml + summary.json) under {inputs}")

@@ -6,7 +6,7 @@ memory prompt; gold-bearing and gold-free windows paired when train.grpo.data.ba
 `rollouts.n` samples per prompt from the memory role (the SFT checkpoint), sample index 0..n-1, at the
 rollout temperature and top_p of GRPO, decoded freely as in training (the gate judges the raw text).
 Writes rollouts.jsonl (prompt_id, gold, response, sample: the diagnostic's input format; `resume=true`
-keeps the prompts already sampled), reward_diagnostics.json, summary.json ({"reward_diagnostics": ...})
+keeps the prompts already sampled), reward_diagnostics.json, summary.json (tables.reward_diagnostics)
 and Table 11 with the paper's numbers beside ours (table11.md, CSV).
 """
 
@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.eval.records import read_records
+from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms, role_config
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table11
@@ -64,9 +65,7 @@ def run(cfg, run) -> dict:
     result = {"rollouts": str(path.resolve()), "eta": float(cfg.diagnostics.eta)}
     result |= reward_ordering(sampled, eta=result["eta"]) | {"call_errors": len(written) - len(sampled)}
     (run.dir / "reward_diagnostics.json").write_text(json.dumps(result, indent=2) + "\n")
-    (run.dir / "summary.json").write_text(
-        json.dumps({"reward_diagnostics": result, "llm": stats}, indent=2) + "\n"
-    )
+    write_summary(run.dir, summary(cfg.task, llm=stats, tables={"reward_diagnostics": result}))
     md = write_tables([table11("ours", result, load_references())], run.dir, "table11.md", "Table 11")
     print("\n" + md)
     return {k: v for k, v in result.items() if not isinstance(v, dict)}
@@ -85,14 +84,13 @@ async def _sample(policy, items, done: set, n: int, version: str, decoding: dict
             for s, reply in enumerate(replies):
                 if reply.error:
                     log.warning("prompt %d sample %d: %s", k, s, reply.error)
-                raw = f"<think>{reply.reasoning}</think>{reply.text}" if reply.reasoning else reply.text
                 line = {
                     "prompt_id": str(k),
                     "question_id": it.question.id,
                     "window": [it.window.start, it.window.end],
                     "gold": list(it.gold),
                     "sample": s,
-                    "response": raw,
+                    "response": reply.generated,  # thinking included: the gate reads it as VERL's would
                     "error": reply.error,
                 }
                 lines.append(json.dumps(line, ensure_ascii=False) + "\n")

@@ -17,7 +17,8 @@ import shlex
 from omegaconf import OmegaConf
 
 from lazymem import tracking
-from lazymem.llm.roles import gpu_count
+from lazymem.llm.backends import gpu_count
+from lazymem.llm.roles import role_config
 from lazymem.subproc import stream
 from lazymem.train.checkpoint_select import select_rl_checkpoint
 from lazymem.train.grpo_config import command, overrides
@@ -28,8 +29,14 @@ log = logging.getLogger(__name__)
 def run(cfg, run) -> dict:
     g = OmegaConf.to_container(cfg.train.grpo, resolve=True)
     g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
+    # VERL logs its training steps to W&B when this run is tracked (logger=wandb), else not at all
+    loggers = [x for x in g["logger"] if x != "wandb"]
+    g["logger"] = [*loggers, "wandb"] if tracking.trainer_reports(cfg) else loggers
     reward = cfg.train.get("reward")
     reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
+    if reward is not None:  # the quality judge is the reward_judge role; the reward workers get it resolved
+        cache = cfg.llm.cache_path if cfg.llm.get("cache", True) else None
+        reward["judge"] |= {"llm": role_config(cfg.llm, "reward_judge"), "cache_path": cache}
     try:
         ovr = overrides(g, reward)
     except ValueError as e:  # a missing input (data, SFT checkpoint) or an inconsistent batch

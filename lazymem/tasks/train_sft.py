@@ -50,8 +50,10 @@ def _inputs(data_dir) -> dict:
 def run(cfg, run) -> dict:
     sft = cfg.train.sft
     base = _inputs(sft.data_dir)
-    name = f"{run.dir.name}-sft"  # the W&B run name, beside this run's own
-    overrides = {"run_name": name, **(OmegaConf.to_container(sft.overrides, resolve=True) or {})}
+    name = f"{tracking.run_name(run.dir)}-sft"  # the W&B run name, beside this run's own
+    report_to = "wandb" if tracking.trainer_reports(cfg) else "none"  # logger=wandb: training steps too
+    overrides = {"run_name": name, "report_to": report_to}
+    overrides |= OmegaConf.to_container(sft.overrides, resolve=True) or {}
     train = train_yaml(base, overrides, (run.dir / "model").resolve())
     config_path = run.dir / "llamafactory.yaml"
     config_path.write_text(yaml.safe_dump(train, sort_keys=False), encoding="utf-8")

@@ -28,7 +28,8 @@ SETUP_HOOK = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 
 
 def value(v: Any) -> str:
-    """A Hydra override value: bools/None as YAML words, lists as [..], strings quoted when needed."""
+    """A Hydra override value: bools/None as YAML words, lists as [..], dicts as {k:v,..}, strings quoted
+    when needed."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -37,14 +38,28 @@ def value(v: Any) -> str:
         return repr(v)
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        bad = [k for k in v if not (isinstance(k, str) and k.isidentifier())]
+        if bad:
+            raise ValueError(f"dict keys {bad} cannot be written as a Hydra override")
+        return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
     s = str(v)
-    if s and all(c.isalnum() or c in "_-./" for c in s) and s.lower() not in ("true", "false", "null"):
+    plain = s and all(c.isalnum() or c in "_-./" for c in s) and s.lower() not in ("true", "false", "null")
+    if plain and not _number(s):
         return s
     return json.dumps(s)  # double-quoted; Hydra's grammar accepts it and keeps it a string
 
 
+def _number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
 def reward_kwargs(reward: Mapping[str, Any], default_state: Path) -> list[str]:
-    """eta, curriculum settings and the judge config as reward_kwargs, one scalar per override.
+    """eta, curriculum settings and the judge config as reward_kwargs, one key per override.
 
     The curriculum trainer reads its settings here too (verl_trainer.curriculum_from_config): one source.
     """

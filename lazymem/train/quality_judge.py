@@ -5,10 +5,13 @@ and utility u (for the query, given the reference answer and reasoning), both in
 is our own wording of the paper's rules and rubric with the same reply schema. The payload is built as a
 dict and serialised with ``json.dumps``, so quotes and newlines in messages cannot break it.
 
-Replies are parsed strictly (:func:`parse_reply`). A reply that fails to parse is asked again up to
-``parse_retries`` times (with a new sample index, so the cache does not hand back the same reply); if
-it still fails, or the request itself failed after the client's retries, the result is a recorded judge
-error and that message scores Q = 0. Errors are counted by the reward, never silently dropped.
+The judge's LLM is the role ``llm.roles.reward_judge``, built like every other role (role config ->
+backend -> client); the reward runs in VERL's worker processes, so it gets that role config as a plain
+dict (``judge.llm`` of the reward kwargs). Replies are parsed strictly (:func:`parse_reply`). A reply
+that fails to parse is asked again up to ``parse_retries`` times (with a new sample index, so the cache
+does not hand back the same reply); if it still fails, or the request itself failed after the client's
+retries, the result is a recorded judge error and that message scores Q = 0. Errors are counted by the
+reward, never silently dropped.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import hashlib
 import json
 import logging
 import re
+import tempfile
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from lazymem.construct.decisions import split_thinking
 from lazymem.llm.cache import LLMCache, canonical_json
-from lazymem.llm.client import ClientConfig, Decoding, LLMClient, json_schema_format
+from lazymem.llm.client import json_schema_format
+from lazymem.llm.roles import ServerRegistry, build_client, to_dict
 
 log = logging.getLogger(__name__)
 
@@ -101,53 +105,27 @@ class JudgeParseError(ValueError):
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Judge endpoint and decoding (conf/train/reward.yaml ``judge``; paper Appendix E.2)."""
+    """The quality judge: its LLM role and its own settings (``judge`` of the reward kwargs)."""
 
-    model: str = "qwen3-32b"  # served model name sent with each request
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model_id: str = ""  # weights identity for the cache key; "" = base_url#model
-    api_key_env: str | None = None  # env var holding the key; None for a local server
-    dialect: str = "vllm"  # how the thinking budget is sent (see lazymem.llm.client)
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    thinking: bool | None = True
-    thinking_budget: int | None = 512
-    timeout_s: float = 180.0
-    max_retries: int = 3  # request retries (timeouts, connection errors, 429/5xx)
+    llm: dict[str, Any] | None = None  # llm.roles.reward_judge, resolved (common merged in)
+    cache_path: str | None = None  # the LLM cache (llm.cache_path); None = no cache
     parse_retries: int = 1  # extra asks when a reply does not parse
-    concurrency: int = 64  # judge requests in flight per process
-    structured: bool = True  # send the reply JSON schema as response_format
     template: str | None = None  # JSON file overriding any of system / rules / rubric
-    cache_path: str | None = None  # SQLite cache of judge replies; None = no cache
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> JudgeConfig:
         """From a dict or OmegaConf node; unknown keys are an error (a typo must not pass silently)."""
-        values = {k: values[k] for k in values} if values else {}
+        values = to_dict(values) if values else {}
+        if values.get("llm") is not None:
+            values["llm"] = to_dict(values["llm"])  # a plain dict, also inside a plain mapping
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise TypeError(f"unknown judge settings {unknown}")
         return cls(**values)
 
-    def client_config(self) -> ClientConfig:
-        return ClientConfig(
-            base_url=self.base_url,
-            served_name=self.model,
-            model_id=self.model_id or f"{self.base_url}#{self.model}",
-            api_key_env=self.api_key_env,
-            dialect=self.dialect,
-            concurrency=self.concurrency,
-            timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
-            structured=self.structured,
-            decoding=Decoding(
-                temperature=self.temperature,
-                max_tokens=self.max_tokens,
-                seed=None,
-                thinking=self.thinking,
-                thinking_budget=self.thinking_budget,
-            ),
-        )
+    @property
+    def key(self) -> str:
+        return canonical_json(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -224,12 +202,13 @@ _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```$", re.DOTALL)
 
 
 def parse_reply(text: str) -> dict[str, Any]:
-    """Exactly one JSON object with the five reply keys, typed as the schema says.
+    """Exactly one JSON object with the five reply keys, typed as the schema says, in the final text of a
+    reply (``Completion.text``, thinking already split off).
 
-    Tolerated: a thinking block before it and one surrounding Markdown code fence. Anything else
+    Tolerated: one surrounding Markdown code fence. Anything else
     (trailing text, missing or extra keys, grades outside {0,1,2}, floats or booleans as grades) fails.
     """
-    _, final = split_thinking(text or "")
+    final = text.strip()
     fenced = _FENCE.match(final)
     body = fenced.group(1).strip() if fenced else final
     try:
@@ -255,15 +234,19 @@ def parse_reply(text: str) -> dict[str, Any]:
 
 
 class QualityJudge:
-    """Grades kept messages through the project's async LLM client (shared SQLite cache optional)."""
+    """Grades kept messages through the client of the reward_judge role (or a given ``client``)."""
 
     def __init__(self, cfg: JudgeConfig, client: Any | None = None):
         self.cfg = cfg
         self.template = load_template(cfg.template)
-        cache = _shared_cache(cfg.cache_path) if cfg.cache_path and client is None else None
-        self.client = client if client is not None else LLMClient(cfg.client_config(), cache=cache)
-        structured = json_schema_format(REPLY_SCHEMA, "quality_judgement")
-        self.response_format = structured if cfg.structured else None
+        if client is None:
+            if not cfg.llm:
+                raise ValueError("judge.llm is not set: pass the llm.roles.reward_judge role config")
+            cache = _shared_cache(cfg.cache_path) if cfg.cache_path else None
+            client = build_client(cfg.llm, _registry(), cache)
+        self.client = client
+        # the role's `structured` decides, as for every role: the client drops the format when it is off
+        self.response_format = json_schema_format(REPLY_SCHEMA, "quality_judgement")
 
     async def score(self, item: JudgeItem) -> JudgeScore:
         messages = build_messages(item, self.template)
@@ -290,8 +273,17 @@ class QualityJudge:
 
 
 _CACHES: dict[str, LLMCache] = {}
-_JUDGES: dict[tuple[JudgeConfig, int], QualityJudge] = {}
+_JUDGES: dict[tuple[str, int], QualityJudge] = {}
+_REGISTRY: list[ServerRegistry] = []
 _LOCK = threading.Lock()
+
+
+def _registry() -> ServerRegistry:
+    """This process's servers for judge roles on a managed backend (an endpoint starts nothing)."""
+    with _LOCK:
+        if not _REGISTRY:
+            _REGISTRY.append(ServerRegistry(Path(tempfile.gettempdir()) / "lazymem-reward-judge"))
+        return _REGISTRY[0]
 
 
 def _shared_cache(path: str) -> LLMCache:
@@ -303,7 +295,7 @@ def _shared_cache(path: str) -> LLMCache:
 
 def get_judge(cfg: JudgeConfig) -> QualityJudge:
     """One judge per config and thread (an async client binds to its thread's event loop)."""
-    key = (cfg, threading.get_ident())
+    key = (cfg.key, threading.get_ident())
     with _LOCK:
         judge = _JUDGES.get(key)
     if judge is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from lazymem.construct.decisions import split_thinking
 from lazymem.data.schema import Dataset, Question
 from lazymem.methods.base import query_time
 from lazymem.prompts import Template
@@ -41,7 +40,7 @@ async def reasoning_chains(
         reply = await teacher.chat(chain_prompt(ds, q, system, user), prompt_version=version)
         if not reply.ok:
             return None
-        chain = split_thinking(reply.text)[1].strip()
+        chain = reply.text.strip()
         return chain or None
 
     chains = await asyncio.gather(*(one(q) for q in questions))

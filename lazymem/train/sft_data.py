@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lazymem.construct.decisions import Decision, check_decisions, decision_schema, split_thinking
+from lazymem.construct.decisions import Decision, check_decisions, decision_schema
 from lazymem.construct.windows import Window, build_windows
 from lazymem.data.schema import Dataset, Question
 from lazymem.llm.client import json_schema_format
@@ -106,11 +106,11 @@ async def annotate_one(teacher, item: WindowItem, prompt_version: str, with_reas
     reply = await teacher.chat(item.chat, prompt_version=prompt_version, response_format=fmt)
     if reply.error:
         return None, "call_error", None
-    gate = check_decisions(reply.text, item.n)
+    gate = check_decisions(reply.generated, item.n)
     reason = discard_reason(gate.error, gate.decisions, item.gold)
     if reason:
         return None, reason, gate.error
-    thinking = reply.reasoning or split_thinking(reply.text)[0]
+    thinking = reply.reasoning or ""
     return Annotation(item, gate.decisions, thinking.strip() if with_reasoning else ""), None, None
 
 

@@ -1,0 +1,266 @@
+"""LLM backends: how a role's model is served and how requests to it are worded.
+
+A role config (``conf/llm/*.yaml``: ``common`` merged with the role's entry) names its backend under
+``backend:``, either a registered name (:data:`BACKENDS`) or the dotted import path of a
+:class:`Backend` subclass (``backend: mypkg.mymodule.MyBackend``). The backend owns everything that
+differs between serving stacks: its request :class:`Dialect`, whether it needs a GPU, how its server
+starts, the model identity in cache keys and its preflight problems. Client, roles, preflight and
+validate ask it instead of comparing names. A backend's server options live under the role config key
+named after the backend (``llamacpp:``, ``vllm:``, ``toy:``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lazymem.llm.models import model_identity, resolve_model
+from lazymem.llm.servers import Endpoint, LlamaCppServer, VllmServer
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The OpenAI wording: ``json_schema`` response formats, no thinking budget."""
+
+    name: str = "openai"
+
+    def response_format(self, fmt: dict[str, Any]) -> dict[str, Any]:
+        """The ``response_format`` this server understands for an OpenAI one."""
+        return fmt
+
+    def thinking_budget(self, tokens: int) -> dict[str, Any]:
+        """The extra-body fields that cap reasoning tokens; {} where the server has no such cap."""
+        return {}
+
+
+@dataclass(frozen=True)
+class VllmDialect(Dialect):
+    name: str = "vllm"
+
+    def thinking_budget(self, tokens: int) -> dict[str, Any]:
+        return {"thinking_token_budget": tokens}
+
+
+@dataclass(frozen=True)
+class LlamaCppDialect(Dialect):
+    """llama-cpp-python accepts only "text" / "json_object"; a schema rides along as "schema" and
+    becomes a grammar."""
+
+    name: str = "llamacpp"
+
+    def response_format(self, fmt: dict[str, Any]) -> dict[str, Any]:
+        if fmt.get("type") == "json_schema":
+            return {"type": "json_object", "schema": fmt["json_schema"]["schema"]}
+        return fmt
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Dialect(), VllmDialect(), LlamaCppDialect())}
+
+
+def get_dialect(dialect: str | Dialect) -> Dialect:
+    """A dialect object, or its registered name."""
+    if isinstance(dialect, Dialect):
+        return dialect
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect = {dialect!r}: allowed values are {', '.join(DIALECTS)}")
+    return DIALECTS[dialect]
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible through ``nvidia-smi -L``, or, failing that, ``torch.cuda``."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    try:
+        import torch  # optional and slow to import: only when nvidia-smi is missing
+
+        return int(torch.cuda.device_count())
+    except Exception:
+        return 0
+
+
+def has_gpu() -> bool:
+    return gpu_count() > 0
+
+
+class Backend:
+    """A serving stack for one role config ``rc``. Subclasses set ``name`` and implement :meth:`server`;
+    the rest has defaults for a self-hosted model server that speaks the OpenAI dialect."""
+
+    name: ClassVar[str]
+    needs_gpu: ClassVar[bool] = False
+    needs_model: ClassVar[bool] = True  # False: the server knows its model (an endpoint)
+    dialect: Dialect = DIALECTS["openai"]
+
+    def __init__(self, rc: dict[str, Any]):
+        self.rc = rc
+
+    @property
+    def model(self) -> str:
+        return str(self.rc.get("model") or "")
+
+    @property
+    def served_name(self) -> str:
+        return self.rc["served_name"]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Server options: the role config block named after the backend."""
+        return self.rc.get(self.name) or {}
+
+    def resolve(self) -> Backend:
+        """The backend that actually serves (``auto`` picks one); most backends are themselves."""
+        return self
+
+    def server_spec(self) -> list[Any]:
+        """What makes two roles share one server: equal specs, one server."""
+        return [self.name, self.model, self.served_name, self.options]
+
+    def server(self, log_dir: Path, model_cache_dir: Path | None):
+        """A server object (not started) with ``start/stop/revive``, ``base_url``, ``served_name``,
+        ``restarts`` and ``kind``: a :class:`~lazymem.llm.servers.ManagedServer` or an Endpoint."""
+        raise NotImplementedError(f"backend {self.name!r} does not say how its server starts")
+
+    def model_id(self) -> str:
+        """Which weights answer, for cache keys."""
+        return self.rc.get("model_id") or model_identity(self.model)
+
+    def api_key_env(self) -> str | None:
+        return None  # local servers accept any key
+
+    def problems(self, where: str, model_key: str | None = None) -> list[str]:
+        """What is missing before this role can start (``where`` is its config key, ``model_key`` the
+        override that sets its model); [] when nothing is."""
+        if self.needs_model and not self.model:
+            how = model_key or f"{where}.model"
+            return [f"{where}.model is not set: pass {how}=... (a model directory or a GGUF)"]
+        return []
+
+
+class LlamaCppBackend(Backend):
+    """``llama_cpp.server`` on a GGUF (bundled or a path), CPU."""
+
+    name = "llamacpp"
+    dialect = DIALECTS["llamacpp"]
+
+    def server(self, log_dir: Path, model_cache_dir: Path | None) -> LlamaCppServer:
+        return LlamaCppServer(
+            resolve_model(self.model, model_cache_dir), self.served_name, log_dir, **self.options
+        )
+
+
+class VllmBackend(Backend):
+    """``vllm serve`` on a local model directory, GPU."""
+
+    name = "vllm"
+    needs_gpu = True
+    dialect = DIALECTS["vllm"]
+
+    def server(self, log_dir: Path, model_cache_dir: Path | None) -> VllmServer:
+        return VllmServer(self.model, self.served_name, log_dir, **self.options)
+
+    def problems(self, where: str, model_key: str | None = None) -> list[str]:
+        found = super().problems(where, model_key)
+        if not found and not Path(self.model).expanduser().is_dir():
+            found.append(
+                f"{where}.model = {self.model!r} is not a local model directory: download it and pass "
+                f"{where}.model=/path/to/model (or set it in conf/local/, see conf/local/README.md)"
+            )
+        return found
+
+
+class EndpointBackend(Backend):
+    """A server someone else runs (a hosted API, a vLLM started by hand) at ``base_url``, speaking
+    ``dialect`` (openai | vllm | llamacpp), with its key in the environment variable ``api_key_env``."""
+
+    name = "endpoint"
+    needs_model = False
+
+    def __init__(self, rc: dict[str, Any]):
+        super().__init__(rc)
+        self.dialect = get_dialect(rc.get("dialect") or "openai")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"base_url": self.rc.get("base_url")}
+
+    def server(self, log_dir: Path, model_cache_dir: Path | None) -> Endpoint:
+        if not self.rc.get("base_url"):
+            raise ValueError("backend endpoint needs base_url")
+        return Endpoint(self.rc["base_url"], self.served_name)
+
+    def model_id(self) -> str:
+        return self.rc.get("model_id") or f"{self.rc['base_url']}#{self.served_name}"
+
+    def api_key_env(self) -> str | None:
+        return self.rc.get("api_key_env")
+
+    def problems(self, where: str, model_key: str | None = None) -> list[str]:
+        found = [] if self.rc.get("base_url") else [f"{where}.base_url is not set"]
+        env = self.api_key_env()
+        if env and not os.environ.get(env):
+            found.append(f"{where} needs an API key: export {env}=... (it is read from the environment only)")
+        return found
+
+
+def _is_gguf(model: str) -> bool:
+    return model.startswith("bundled:") or model.endswith(".gguf")
+
+
+class AutoBackend(Backend):
+    """vLLM when a GPU and a local model directory are present, otherwise llama.cpp on ``fallback_gguf``
+    (or on ``model`` when that is already a GGUF)."""
+
+    name = "auto"
+
+    def resolve(self) -> Backend:
+        model = self.model
+        if model and not _is_gguf(model) and Path(model).expanduser().is_dir() and has_gpu():
+            return VllmBackend(self.rc)
+        fallback = self.rc.get("fallback_gguf") or (model if _is_gguf(model) else None)
+        if not fallback:
+            raise ValueError(
+                f"backend auto fell back to llama.cpp but no GGUF is configured (model={model!r})"
+            )
+        return LlamaCppBackend({**self.rc, "model": str(fallback)})
+
+    def problems(self, where: str, model_key: str | None = None) -> list[str]:
+        try:
+            return self.resolve().problems(where, model_key)
+        except ValueError as e:
+            return [f"{where}: {e}"]
+
+
+BACKENDS: dict[str, type[Backend]] = {
+    b.name: b for b in (LlamaCppBackend, VllmBackend, EndpointBackend, AutoBackend)
+}
+
+
+def backend_class(name: Any) -> type[Backend]:
+    """A registered backend by name, or a :class:`Backend` subclass by dotted import path."""
+    if isinstance(name, str) and name in BACKENDS:
+        return BACKENDS[name]
+    allowed = f"allowed values are {', '.join(BACKENDS)}, or the import path of a Backend class"
+    if not isinstance(name, str) or "." not in name:
+        raise ValueError(f"backend = {name!r}: {allowed}")
+    module, _, attr = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"backend = {name!r} cannot be imported ({e}); {allowed}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise ValueError(f"backend = {name!r} is not a subclass of lazymem.llm.backends.Backend")
+    return cls
+
+
+def get_backend(rc: dict[str, Any]) -> Backend:
+    """The backend named by role config ``rc`` (call :meth:`Backend.resolve` for the one that serves)."""
+    return backend_class(rc.get("backend"))(rc)

@@ -1,0 +1,142 @@
+"""`pip install .` (not editable) gives a working `lazymem` command: built offline from a copy of the
+checkout into a fresh virtual environment that sees .venv's dependencies, run from outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def sh(*cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, f"{cmd}: {out.stdout[-2000:]}{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv, site-packages) of a fresh venv holding a non-editable lazymem; .venv's packages on its path."""
+    tmp = tmp_path_factory.mktemp("package")
+    # Build from a copy of what git would ship (tracked and untracked, not ignored): the build leaves
+    # build/ and *.egg-info behind, and ignored local files (conf/local/) must not slip into the wheel.
+    files = sh("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).stdout
+    src = tmp / "src"
+    for rel in filter(None, files.split("\0")):
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    venv = tmp / "venv"
+    sh(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
+    py = venv / "bin" / "python"
+    site = Path(
+        sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp).stdout.strip()
+    )
+    # A plain path line: .venv's packages become importable, but its .pth files (the editable lazymem
+    # finder among them) are not run.
+    (site / "dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index"]
+    sh(*pip, "--no-build-isolation", src, cwd=tmp)
+    return venv, site
+
+
+def outside(tmp_path, venv) -> dict:
+    """Environment of a user shell in a directory outside the checkout, the new venv first on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAZYMEM_", "PYTHON", "VIRTUAL_ENV"))}
+    return {
+        **env,
+        "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
+        "LAZYMEM_CACHE": str(tmp_path / "cache"),
+    }
+
+
+def test_the_installed_package_is_what_runs(installed, tmp_path):
+    venv, site = installed
+    code = "import sys, lazymem, lazymem.conf; print(lazymem.__file__); print(lazymem.conf.CONF_DIR); "
+    code += "print(any('editable' in name for name in sys.modules))"
+    module, conf, editable = sh(venv / "bin" / "python", "-c", code, cwd=tmp_path).stdout.split()
+    assert Path(module).is_relative_to(site) and Path(conf).is_relative_to(site)
+    assert editable == "False"
+    # the configs, prompts and the paper's numbers ship in the wheel
+    package = site / "lazymem"
+    assert (package / "conf" / "config.yaml").exists() and (
+        package / "conf" / "paths" / "default.yaml"
+    ).exists()
+    assert list(package.glob("prompts/*.txt")) and list(package.glob("report/paper/*.json"))
+
+
+def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
+    venv, _ = installed
+    env = outside(tmp_path, venv)
+    assert Path(shutil.which("lazymem", path=env["PATH"])) == venv / "bin" / "lazymem"
+    sh(
+        "lazymem",
+        "task=stats",
+        "data=synthetic",
+        "logger=none",
+        f"hydra.run.dir={tmp_path}/run",
+        cwd=tmp_path,
+        env=env,
+    )
+    stats = json.loads((tmp_path / "run" / "stats.json").read_text())
+    assert stats["dataset"] == "synthetic" and stats["questions"] == 14
+    info = sh("lazymem", "--info", "searchpath", cwd=tmp_path, env=env).stdout
+    assert "pkg://lazymem.conf" in info and "file://" not in info  # the bundled configs only
+
+
+def test_a_user_config_folder_on_the_search_path(installed, tmp_path):
+    venv, _ = installed
+    mine = tmp_path / "my_conf" / "data" / "mine.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(
+        "defaults:\n  - synthetic\n  - _self_\n\nname: mine\nloader:\n  per_type: 1\n  abstention: 1\n"
+    )
+    env = {**outside(tmp_path, venv), "LAZYMEM_CONFIG_PATH": str(tmp_path / "my_conf")}
+    sh(
+        "lazymem",
+        "task=stats",
+        "data=mine",
+        "logger=none",
+        f"hydra.run.dir={tmp_path}/a",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert json.loads((tmp_path / "a" / "stats.json").read_text())["questions"] == 7  # 6 types + 1 abstention
+    assert yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())["data"]["name"] == "mine"
+    # the same folder named on the command line instead of the environment
+    del env["LAZYMEM_CONFIG_PATH"]
+    folder = f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]"
+    sh(
+        "lazymem",
+        "task=stats",
+        "data=mine",
+        "logger=none",
+        folder,
+        f"hydra.run.dir={tmp_path}/b",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert json.loads((tmp_path / "b" / "stats.json").read_text())["questions"] == 7
+
+
+def test_shell_completion_of_the_console_script(installed, tmp_path):
+    venv, _ = installed
+    env = outside(tmp_path, venv)
+    script = sh("lazymem", "-sc", "install=bash", cwd=tmp_path, env=env).stdout
+    assert "complete -o nospace -o default -F hydra_bash_completion lazymem" in script
+    env |= {"COMP_LINE": "lazymem retrieval=", "COMP_POINT": "18"}
+    choices = sh("lazymem", "-sc", "query=bash", cwd=tmp_path, env=env).stdout.split()
+    assert "retrieval=paper_gpu" in choices and "retrieval=hybrid" in choices
