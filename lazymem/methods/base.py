@@ -20,8 +20,10 @@ class MemoryBlock:
     the block (evidence coverage). `timings` holds seconds for the stages the method ran (`retrieval`,
     `processing`). `retrieved`/`scores` are the retrieval ranking it started from, `windows` the memory
     model's per-window records (construct.processor.WindowResult.to_record) and `decided` the messages
-    that got a KEEP/DROP decision; methods without those stages leave them empty. `detail` holds
-    method-specific extras that go into the record under `detail` and that no metric reads.
+    that got a KEEP/DROP decision, `compressed` the text each shown message has in the block where a
+    memory model rewrote it (message index -> KEEP content); methods without those stages leave them
+    empty. `detail` holds method-specific extras that go into the record under `detail` and that no
+    metric reads.
     """
 
     text: str
@@ -32,6 +34,7 @@ class MemoryBlock:
     scores: list[float] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
     decided: list[int] = field(default_factory=list)
+    compressed: dict[int, str] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

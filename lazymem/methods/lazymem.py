@@ -62,4 +62,5 @@ class LazyMem:
             scores=[round(s, 6) for s in result.scores],
             windows=[w.to_record() for w in processed],
             decided=sorted(merged),
+            compressed=kept,
         )

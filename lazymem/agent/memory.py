@@ -1,0 +1,406 @@
+"""LazyMem as the memory of an agent: store raw messages cheaply, construct the memory block at query time.
+
+    from lazymem import Memory
+    memory = Memory.from_config(["llm=cpu"])            # the same Hydra configs as the experiments
+    memory.add("alice", [{"role": "user", "text": "I moved to Lyon in May."}])
+    recall = memory.query("alice", "Where do I live?")  # recall.text: what the answer model would read
+    memory.forget("alice")                               # every message, and everything derived from them
+
+A query runs the configured method (conf/method/, LazyMem by default; `method=rag` is retrieval only)
+through the same retrieval and memory model as a benchmark run. Adding a message only writes it to the
+store; the user's indexes are refreshed at the next query, which embeds just the messages not seen before.
+
+What is derived from a user's messages (their embedding cache and the memory model's response cache) lives
+in that user's own folder under `dir/users/`, so a forget or a retention purge deletes it whole: nothing
+derived from forgotten text survives, and the next query rebuilds what it needs from what remains.
+
+Every method has an async form (`aadd`, `aquery`, ...) for servers and a sync form for scripts; use one
+form per Memory object (the sync form runs the async one on a private event loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import shutil
+import threading
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lazymem.agent.store import NewMessage, SQLiteStore, Store, StoredMessage, UnknownUser
+from lazymem.data.schema import History, Message, Question
+from lazymem.methods.base import Context, MemoryBlock, Method
+from lazymem.retrieval.dense import DenseRetriever
+from lazymem.retrieval.embed_cache import EmbeddingCache
+from lazymem.retrieval.hybrid import HybridRetriever
+
+DEFAULT_TENANT = "default"
+DEFAULT_SESSION = "default"
+
+
+class BadInput(ValueError):
+    """A call's arguments are malformed or over the limits; nothing was stored or deleted."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one call may carry (conf/agent.yaml `agent.limits`)."""
+
+    max_messages_per_add: int = 1000
+    max_text_chars: int = 20000
+    max_question_chars: int = 4000
+    max_id_chars: int = 200
+
+
+@dataclass
+class Recall:
+    """What a query returns: the memory block the answer model would get and how it was made.
+
+    `messages` are the messages whose content reached the block, oldest first: their store `id`, `time`,
+    `role`, `session_id` and `text` as it appears in the block (the memory model's compression for
+    LazyMem, the message verbatim for retrieval-only methods). `tokens` counts the block with Qwen's
+    tokenizer; `timings` holds seconds per stage (`index`: refreshing the user's indexes, `retrieval`,
+    `processing` when the memory model ran, `total`).
+    """
+
+    text: str
+    style: str
+    messages: list[dict[str, Any]]
+    tokens: int
+    timings: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _UserState:
+    """A user's retriever (its own embedding cache) and LLM roles (their own response cache)."""
+
+    def __init__(self, dir: Path, retriever: HybridRetriever | None, llms):
+        self.dir, self.retriever, self.llms = dir, retriever, llms
+
+    def close(self) -> None:
+        if self.retriever is not None:
+            for r in self.retriever.retrievers.values():
+                if isinstance(r, DenseRetriever) and r.cache is not None:
+                    r.cache.close()
+        if self.llms is not None:
+            self.llms.close()
+
+
+class Memory:
+    """The Python API over a `Store`, a method (`lazymem.methods.base.Method`), its retriever and LLM roles.
+
+    `llm` is an LLM config (conf/llm/*.yaml as a dict); the model servers start when a query first needs
+    them. `dir` holds the per-user derived data (`users/`) and the model servers' logs (`servers/`).
+    `tenant` keeps the users of different API keys apart (the service passes it; scripts keep the default).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        method: Method,
+        retriever: HybridRetriever | None = None,
+        llm: Mapping[str, Any] | None = None,
+        dir: str | Path = "lazymem-memory",
+        limits: Limits | None = None,
+        max_open_users: int = 64,
+    ):
+        if not isinstance(method, Method):
+            raise TypeError(f"{type(method).__name__} is not a lazymem.methods.base.Method")
+        if method.needs_retrieval and retriever is None:
+            raise ValueError(f"method {method.name!r} needs a retriever")
+        if method.roles and llm is None:
+            raise ValueError(f"method {method.name!r} calls the LLM roles {list(method.roles)}: pass `llm`")
+        self.store, self.method, self.retriever = store, method, retriever
+        self.llm = dict(llm or {})
+        self.dir = Path(dir)
+        self.limits = limits or Limits()
+        self.max_open_users = max_open_users
+        self._registry = None
+        self._users: OrderedDict[tuple[str, str], _UserState] = OrderedDict()
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        # Embedding runs in this one thread: it is CPU-bound, and the embedding caches' SQLite connections
+        # must stay in the thread that opened them.
+        self._indexer = ThreadPoolExecutor(1, thread_name_prefix="lazymem-index")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, overrides: Sequence[str] = ()) -> Memory:
+        """From the experiments' configs plus conf/agent/default.yaml, with Hydra overrides."""
+        return cls.from_cfg(compose(overrides))
+
+    @classmethod
+    def from_cfg(cls, cfg) -> Memory:
+        """From a composed config: `method`, `retrieval`, `llm` and the `agent` block."""
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        agent = cfg.agent
+        method = instantiate(cfg.method)
+        retriever = instantiate(cfg.retrieval) if method.needs_retrieval else None
+        return cls(
+            SQLiteStore(agent.dir),
+            method,
+            retriever,
+            OmegaConf.to_container(cfg.llm, resolve=True),
+            agent.dir,
+            Limits(**agent.limits),
+            agent.max_open_users,
+        )
+
+    # ---- async API
+
+    async def aadd(
+        self, user_id: str, messages: Sequence[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT
+    ) -> list[int]:
+        """Store messages (each: `role`, `text`, optional `time` and `session_id`); their ids. No model
+        runs: the batch is validated and written in one transaction, whole or not at all."""
+        self._check_ids(tenant, user_id)
+        batch = self._check_messages(messages)
+        return await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+
+    async def aquery(
+        self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT
+    ) -> Recall:
+        """The memory block for `question` asked at `now` (default: the current time, UTC)."""
+        self._check_ids(tenant, user_id)
+        if not isinstance(question, str) or not question.strip():
+            raise BadInput("question must be a non-empty string")
+        if len(question) > self.limits.max_question_chars:
+            raise BadInput(f"question is longer than {self.limits.max_question_chars} characters")
+        start = time.perf_counter()
+        async with self._user_lock(tenant, user_id):
+            stored = await asyncio.to_thread(self.store.messages, tenant, user_id)
+            if not stored:
+                raise UnknownUser(user_id)
+            history = History(
+                "user", [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(stored)]
+            )
+            state = self._state(tenant, user_id)
+            index_s = 0.0
+            if state.retriever is not None:
+                t0 = time.perf_counter()
+                await asyncio.get_running_loop().run_in_executor(
+                    self._indexer, state.retriever.index, history
+                )
+                index_s = time.perf_counter() - t0
+            asked = Question(uuid.uuid4().hex, "agent", question, "", history.id, date=now or _now())
+            block = await self.method.build(asked, history, Context(state.retriever, state.llms))
+        texts = _block_texts(block, history)
+        from lazymem.tokens import count_tokens
+
+        return Recall(
+            text=block.text,
+            style=block.style,
+            messages=[_shown(stored[i], texts[i]) for i in block.shown if i in texts],
+            tokens=count_tokens(block.text),
+            timings={"index": index_s, **block.timings, "total": time.perf_counter() - start},
+        )
+
+    async def aforget(
+        self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT
+    ) -> int:
+        """Delete the given messages (or all of the user's) and everything derived from the user's
+        messages; how many messages were deleted. Unknown ids delete nothing (UnknownMessages)."""
+        self._check_ids(tenant, user_id)
+        if message_ids is not None and not all(type(i) is int for i in message_ids):
+            raise BadInput("message_ids must be integers")
+        async with self._user_lock(tenant, user_id):
+            if not await asyncio.to_thread(self.store.messages, tenant, user_id):
+                raise UnknownUser(user_id)
+            deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids)
+            await self._drop_derived(tenant, user_id)
+        return deleted
+
+    async def aexport(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
+        """Every stored message of the user, oldest first (id, session_id, time, role, text, added)."""
+        self._check_ids(tenant, user_id)
+        stored = await asyncio.to_thread(self.store.messages, tenant, user_id)
+        if not stored:
+            raise UnknownUser(user_id)
+        return [m.to_dict() for m in stored]
+
+    async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
+        """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
+        data of every user who lost one; deletions per user."""
+        if older_than_days < 0:
+            raise BadInput("older_than_days must be >= 0")
+        counts = await asyncio.to_thread(self.store.purge, tenant, time.time() - older_than_days * 86400)
+        for user_id in counts:
+            async with self._user_lock(tenant, user_id):  # after any query still using the old messages
+                await self._drop_derived(tenant, user_id)
+        return counts
+
+    # ---- sync API
+
+    def add(self, user_id: str, messages: Sequence[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT):
+        return self._run(self.aadd(user_id, messages, tenant=tenant))
+
+    def query(self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT):
+        return self._run(self.aquery(user_id, question, now, tenant=tenant))
+
+    def forget(self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT):
+        return self._run(self.aforget(user_id, message_ids, tenant=tenant))
+
+    def export(self, user_id: str, *, tenant: str = DEFAULT_TENANT):
+        return self._run(self.aexport(user_id, tenant=tenant))
+
+    def purge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT):
+        return self._run(self.apurge(older_than_days, tenant=tenant))
+
+    def close(self) -> None:
+        """Close every user's caches, stop the model servers this Memory started, close the store."""
+        states, self._users = list(self._users.values()), OrderedDict()
+        for state in states:
+            self._indexer.submit(state.close).result()
+        self._indexer.shutdown()
+        if self._registry is not None:
+            self._registry.close()
+        self.store.close()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- internals
+
+    def _run(self, coro):
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="lazymem-memory", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _check_ids(self, tenant: str, user_id: str) -> None:
+        for name, value in (("tenant", tenant), ("user_id", user_id)):
+            if not isinstance(value, str) or not value.strip():
+                raise BadInput(f"{name} must be a non-empty string")
+            if len(value) > self.limits.max_id_chars:
+                raise BadInput(f"{name} is longer than {self.limits.max_id_chars} characters")
+
+    def _check_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
+            raise BadInput("messages must be a non-empty list")
+        if len(messages) > self.limits.max_messages_per_add:
+            raise BadInput(
+                f"at most {self.limits.max_messages_per_add} messages per add, got {len(messages)}"
+            )
+        now, batch = _now(), []
+        for n, m in enumerate(messages):
+            if not isinstance(m, Mapping):
+                raise BadInput(f"message {n}: must be an object with role and text")
+            fields = {"role": m.get("role"), "text": m.get("text")}
+            fields["time"] = m.get("time") or now
+            fields["session_id"] = m.get("session_id") or DEFAULT_SESSION
+            for key, value in fields.items():
+                if not isinstance(value, str) or not value.strip():
+                    raise BadInput(f"message {n}: {key} must be a non-empty string")
+            if len(fields["text"]) > self.limits.max_text_chars:
+                raise BadInput(f"message {n}: text is longer than {self.limits.max_text_chars} characters")
+            batch.append(NewMessage(**fields))
+        return batch
+
+    def _user_lock(self, tenant: str, user_id: str) -> asyncio.Lock:
+        """One query or forget at a time per user, so a forget never races a query that would write
+        derived data of the forgotten messages after it."""
+        key = (tenant, user_id)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _user_dir(self, tenant: str, user_id: str) -> Path:
+        """A folder named by a hash: ids never become paths or file names."""
+        digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
+        return self.dir / "users" / digest
+
+    def _state(self, tenant: str, user_id: str) -> _UserState:
+        key = (tenant, user_id)
+        state = self._users.get(key)
+        if state is None:
+            dir = self._user_dir(tenant, user_id)
+            state = self._users[key] = _UserState(dir, self._user_retriever(dir), self._user_llms(dir))
+            while len(self._users) > self.max_open_users:
+                _, old = self._users.popitem(last=False)
+                self._indexer.submit(old.close)  # reopened lazily if that user comes back
+        self._users.move_to_end(key)
+        return state
+
+    def _user_retriever(self, dir: Path) -> HybridRetriever | None:
+        """The shared retriever's components (one encoder in memory) with the user's embedding cache."""
+        shared = self.retriever
+        if shared is None:
+            return None
+        retrievers = {}
+        for name, r in shared.retrievers.items():
+            if isinstance(r, DenseRetriever) and r.cache is not None:
+                r = copy.copy(r)
+                r.cache = EmbeddingCache(dir)
+            retrievers[name] = r
+        return HybridRetriever(
+            retrievers, shared.fusion, shared.reranker, shared.n, shared.rerank_candidates, 1, shared.parallel
+        )
+
+    def _user_llms(self, dir: Path):
+        if not self.method.roles:
+            return None
+        from lazymem.llm.roles import LLMSet, ServerRegistry
+
+        if self._registry is None:  # one set of model servers for every user
+            self._registry = ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir"))
+        return LLMSet(
+            {**self.llm, "cache_path": str(dir / "llm.sqlite")}, self.dir / "servers", self._registry
+        )
+
+    async def _drop_derived(self, tenant: str, user_id: str) -> None:
+        state = self._users.pop((tenant, user_id), None)
+        if state is not None:
+            await asyncio.get_running_loop().run_in_executor(self._indexer, state.close)
+        await asyncio.to_thread(shutil.rmtree, self._user_dir(tenant, user_id), True)
+
+
+def compose(overrides: Sequence[str] = ()):
+    """The root config plus conf/agent/default.yaml (or the `+agent=NAME` among `overrides`), composed
+    outside any Hydra app."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from lazymem.conf import CONF_DIR
+
+    overrides = list(overrides)
+    if not any(o.lstrip("+~").startswith("agent=") for o in overrides):
+        overrides.insert(0, "+agent=default")
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return hydra_compose("config", overrides=overrides)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _shown(m: StoredMessage, text: str) -> dict[str, Any]:
+    return {"id": m.id, "time": m.time, "role": m.role, "session_id": m.session_id, "text": text}
+
+
+def _block_texts(block: MemoryBlock, history: History) -> dict[int, str]:
+    """Each shown message's text as the block holds it: the memory model's compression where it rewrote
+    the message, else the message itself."""
+    texts = {i: block.compressed.get(i, history.messages[i].text).strip() for i in block.shown}
+    return {i: text for i, text in texts.items() if text}  # blank KEEP contents are not in the block

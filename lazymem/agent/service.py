@@ -1,0 +1,288 @@
+"""`lazymem serve`: the Memory API over HTTP (FastAPI under uvicorn), one tenant per API key.
+
+    lazymem serve [overrides]     # e.g. method=rag serve.port=9000 agent.dir=/srv/lazymem
+
+Endpoints (OpenAPI page at /docs, schema at /openapi.json); every /v1 call needs `Authorization: Bearer KEY`
+and only ever reaches the users of that key's tenant:
+  POST /v1/users/{user_id}/messages  {"messages": [{"role", "text", "time"?, "session_id"?}]} -> {"ids"}
+  POST /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens, timings
+  POST /v1/users/{user_id}/forget    {"message_ids"?: [...]} (none: all) -> {"deleted"}
+  GET  /v1/users/{user_id}/export    -> {"user_id", "messages"}
+  GET  /health
+
+Keys come from `serve.keys_file` (YAML, tenant -> keys and retention) and the environment variable named
+by `serve.keys_env`; they are held only as sha256 digests and never logged. Questions travel in POST
+bodies, so no message text or question reaches an access log line. A tenant's `retention_days` is enforced
+by a purge at start-up and every `serve.purge_every_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict
+
+from lazymem.agent.memory import BadInput, Memory, compose
+from lazymem.agent.store import UnknownMessages, UnknownUser
+from lazymem.construct.processor import StageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    retention_days: float | None = None
+
+
+class Tenants:
+    """API keys -> tenants. Keys are kept as sha256 digests only."""
+
+    def __init__(self, keys: dict[str, Tenant]):
+        self._by_digest = {_digest(k): t for k, t in keys.items()}
+        self.all = {t.name: t for t in keys.values()}
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def lookup(self, key: str) -> Tenant | None:
+        return self._by_digest.get(_digest(key))
+
+    @classmethod
+    def load(cls, keys_file: str | None, keys_env: str | None, retention_days: float | None) -> Tenants:
+        """From a YAML file (`TENANT: {keys: [KEY, ...], retention_days: N}`) and the environment variable
+        `keys_env` ("KEY=TENANT,KEY=TENANT", retention `retention_days`); a key named twice is an error."""
+        keys: dict[str, Tenant] = {}
+
+        def put(key: str, tenant: Tenant, where: str) -> None:
+            if not key or key in keys:
+                raise ValueError(f"{where}: an empty or repeated API key (for tenant {tenant.name!r})")
+            keys[key] = tenant
+
+        if keys_file:
+            data = yaml.safe_load(Path(keys_file).read_text()) or {}
+            if not isinstance(data, dict):
+                raise ValueError(f"{keys_file}: expected a mapping TENANT -> {{keys: [...], retention_days}}")
+            for name, entry in data.items():
+                if not isinstance(entry, dict) or not isinstance(entry.get("keys"), list):
+                    raise ValueError(f"{keys_file}: tenant {name!r} needs a list `keys`")
+                unknown = set(entry) - {"keys", "retention_days"}
+                if unknown:
+                    raise ValueError(f"{keys_file}: tenant {name!r} has unknown fields {sorted(unknown)}")
+                tenant = Tenant(str(name), entry.get("retention_days", retention_days))
+                for key in entry["keys"]:
+                    put(str(key), tenant, keys_file)
+        for pair in filter(None, os.environ.get(keys_env or "", "").split(",")):
+            key, sep, name = pair.strip().partition("=")
+            if not sep or not name:
+                raise ValueError(f"${keys_env}: expected KEY=TENANT pairs separated by commas")
+            put(key, Tenant(name, retention_days), f"${keys_env}")
+        return cls(keys)
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+# ---- request and reply bodies (the OpenAPI schema)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(_Body):
+    role: str
+    text: str
+    time: str | None = None
+    session_id: str | None = None
+
+
+class AddRequest(_Body):
+    messages: list[MessageIn]
+
+
+class AddReply(BaseModel):
+    ids: list[int]
+
+
+class QueryRequest(_Body):
+    question: str
+    now: str | None = None
+
+
+class RecalledMessage(BaseModel):
+    id: int
+    time: str
+    role: str
+    session_id: str
+    text: str
+
+
+class QueryReply(BaseModel):
+    text: str
+    style: str
+    messages: list[RecalledMessage]
+    tokens: int
+    timings: dict[str, float]
+
+
+class ForgetRequest(_Body):
+    message_ids: list[int] | None = None
+
+
+class ForgetReply(BaseModel):
+    deleted: int
+
+
+class StoredMessageOut(RecalledMessage):
+    added: float
+
+
+class ExportReply(BaseModel):
+    user_id: str
+    messages: list[StoredMessageOut]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length before anything is read,
+    or while a body without one streams in."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.max_bytes:
+            reply = JSONResponse({"detail": self._too_large()}, status_code=413)
+            return await reply(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, self._too_large())  # FastAPI answers it as it reads the body
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _too_large(self) -> str:
+        return f"request body larger than {self.max_bytes} bytes (serve.max_body_bytes)"
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _tenant_of(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    tenant = request.app.state.tenants.lookup(credentials.credentials) if credentials is not None else None
+    if tenant is None:
+        raise HTTPException(401, "missing or unknown API key", headers={"WWW-Authenticate": "Bearer"})
+    return tenant.name
+
+
+TenantName = Annotated[str, Depends(_tenant_of)]
+
+
+def create_app(memory: Memory, tenants: Tenants, max_body_bytes: int, purge_every_s: float) -> FastAPI:
+    """The service around `memory`; it closes `memory` when it shuts down."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        purger = asyncio.create_task(_purge_loop(memory, tenants, purge_every_s))
+        try:
+            yield
+        finally:
+            purger.cancel()
+            await asyncio.to_thread(memory.close)
+
+    app = FastAPI(title="LazyMem", summary="Query-time memory construction for agents", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.state.tenants = tenants
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        bad_json = any(e["type"] == "json_invalid" for e in errors)
+        return JSONResponse({"detail": errors}, status_code=400 if bad_json else 422)
+
+    @app.exception_handler(BadInput)
+    async def bad_input(request: Request, exc: BadInput) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    async def not_found(request: Request, exc: KeyError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    app.add_exception_handler(UnknownUser, not_found)
+    app.add_exception_handler(UnknownMessages, not_found)
+
+    @app.exception_handler(StageError)
+    async def model_failed(request: Request, exc: StageError) -> JSONResponse:
+        log.error("memory model failed on %s", request.url.path)  # its message may quote the prompt
+        return JSONResponse({"detail": "the memory model failed; try again"}, status_code=502)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "method": memory.method.name}
+
+    @app.post("/v1/users/{user_id}/messages", status_code=201)
+    async def add(user_id: str, body: AddRequest, tenant: TenantName) -> AddReply:
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        return AddReply(ids=await memory.aadd(user_id, messages, tenant=tenant))
+
+    @app.post("/v1/users/{user_id}/query")
+    async def query(user_id: str, body: QueryRequest, tenant: TenantName) -> QueryReply:
+        recall = await memory.aquery(user_id, body.question, body.now, tenant=tenant)
+        return QueryReply(**recall.to_dict())
+
+    @app.post("/v1/users/{user_id}/forget")
+    async def forget(user_id: str, body: ForgetRequest, tenant: TenantName) -> ForgetReply:
+        return ForgetReply(deleted=await memory.aforget(user_id, body.message_ids, tenant=tenant))
+
+    @app.get("/v1/users/{user_id}/export")
+    async def export(user_id: str, tenant: TenantName) -> ExportReply:
+        return ExportReply(user_id=user_id, messages=await memory.aexport(user_id, tenant=tenant))
+
+    return app
+
+
+async def _purge_loop(memory: Memory, tenants: Tenants, every_s: float) -> None:
+    while True:
+        for tenant in tenants.all.values():
+            if tenant.retention_days is not None:
+                counts = await memory.apurge(tenant.retention_days, tenant=tenant.name)
+                if counts:
+                    log.info("retention: purged %d messages of tenant %s", sum(counts.values()), tenant.name)
+        await asyncio.sleep(every_s)
+
+
+def serve(overrides: Sequence[str]) -> int:
+    """`lazymem serve [overrides]`: compose the agent config and run the service until interrupted."""
+    import uvicorn
+
+    cfg = compose(overrides)
+    s = cfg.serve
+    tenants = Tenants.load(s.keys_file, s.keys_env, cfg.agent.retention_days)
+    if not tenants:
+        raise SystemExit(f"lazymem serve: no API keys (set serve.keys_file or ${s.keys_env})")
+    app = create_app(Memory.from_cfg(cfg), tenants, s.max_body_bytes, s.purge_every_s)
+    uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level)
+    return 0

@@ -1,0 +1,90 @@
+"""The Python API (`from lazymem import Memory`): sync and async forms over the experiments' configs, and
+the LLM gate end to end through the service with the bundled llama.cpp model (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import httpx
+import pytest
+from agent_helpers import Service, files_containing
+
+from lazymem.agent.memory import BadInput
+from lazymem.agent.store import UnknownUser
+
+
+def test_import_lazymem_stays_cheap_and_memory_is_exported():
+    code = "import sys, lazymem; assert 'torch' not in sys.modules and 'hydra' not in sys.modules; "
+    code += "from lazymem import Memory; print(Memory.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "lazymem.agent.memory"
+
+
+def test_sync_and_async_forms(tmp_path):
+    from lazymem import Memory
+
+    overrides = ["method=rag", "method.top_k=2", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}"]
+    with Memory.from_config(overrides) as memory:
+        ids = memory.add("kim", [{"role": "user", "text": "My bike is red."}, {"role": "user", "text": "Hi"}])
+        memory.add("kim", [{"role": "user", "text": "I ski in winter.", "session_id": "s2", "time": "Jan"}])
+        recall = memory.query("kim", "What colour is my bike?", now="2025-05-05")
+        assert recall.messages[0]["id"] == ids[0] and "red" in recall.text and len(recall.messages) == 2
+        user_dirs = list((tmp_path / "data" / "users").iterdir())
+        assert len(user_dirs) == 1 and (user_dirs[0] / "embeddings.sqlite").exists()
+        with pytest.raises(BadInput, match="role must be a non-empty string"):
+            memory.add("kim", [{"text": "no role"}])
+        with pytest.raises(UnknownUser):
+            memory.query("nobody", "anything?")
+
+        async def async_form():
+            assert len(await memory.aexport("kim")) == 3
+            return await memory.aforget("kim", [ids[1]])
+
+        assert asyncio.run(async_form()) == 1
+        assert not user_dirs[0].exists()  # derived data goes with a forget, rebuilt by the next query
+        assert "ski" in memory.query("kim", "What do I do in winter?").text
+        assert memory.forget("kim") == 2
+        with pytest.raises(UnknownUser):
+            memory.export("kim")
+
+
+@pytest.mark.slow
+def test_memory_model_gate_and_forget_everywhere(tmp_path):
+    """The LLM gate through the service with SmolLM2-135M on llama.cpp: the query runs the memory model,
+    whose replies land in the user's LLM cache; a forget then leaves the canary in no file at all."""
+    canary = "CANARY-5b1d-gate"
+    svc = Service(
+        tmp_path,
+        "llm=cpu",
+        "llm.common.model=bundled:smollm2-135m",
+        "llm.common.served_name=smollm2-135m",
+        "llm.common.decoding.max_tokens=256",
+        "llm.common.llamacpp.n_threads=1",
+        env={"LAZYMEM_API_KEYS": "k-gate=t"},
+    )
+    try:
+        http = httpx.Client(base_url=svc.url, headers={"Authorization": "Bearer k-gate"}, timeout=600)
+        texts = ["I live in Porto.", f"My locker code is {canary}.", "I like jazz.", "Lunch was soup."]
+        body = {
+            "messages": [
+                {"role": "user", "text": t, "time": "2025-04-0" + str(i + 1)} for i, t in enumerate(texts)
+            ]
+        }
+        assert http.post("/v1/users/gina/messages", json=body).status_code == 201
+        r = http.post(
+            "/v1/users/gina/query", json={"question": "What is my locker code?", "now": "2025-05-01"}
+        )
+        assert r.status_code == 200, r.text
+        found = r.json()
+        assert found["style"] == "compressed" and found["timings"]["processing"] > 0
+        assert all(m["text"] in found["text"] for m in found["messages"])  # each kept line, as compressed
+        dirs = (tmp_path / "data", tmp_path / "cache")
+        assert any(p.name == "llm.sqlite" for p in (tmp_path / "data").rglob("*"))
+        assert files_containing(canary.encode(), *dirs)
+        assert http.post("/v1/users/gina/forget", json={}).json() == {"deleted": 4}
+        assert files_containing(canary.encode(), *dirs) == []
+        assert canary not in svc.log.read_text()
+    finally:
+        svc.stop()
