@@ -114,6 +114,7 @@ FREE_KEYS = (
     "*.cache_path",
     "*.model_cache_dir",
     "*.cache.dir",
+    "*.store_dir",
     "*.concurrency",
     "*.timeout_s",
     "*.max_retries",

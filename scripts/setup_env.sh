@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 VENV=${VENV:-.venv}
-EXTRAS=${LAZYMEM_EXTRAS:-serve-cpu,rl,rerank,slurm,dev}
+EXTRAS=${LAZYMEM_EXTRAS:-serve-cpu,rl,rerank,slurm,mem0,dev}
 stamp="$VENV/.lazymem-installed"
 want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -134,6 +134,7 @@ def test_coverage_json_wins_over_records(sweep):
 def test_tables_put_paper_numbers_beside_ours(sweep):
     tables = {t.key: t for t in build_tables(rows(load_runs([sweep])))}
     assert set(tables) == {
+        "write_cost",
         "table1_longmemeval",
         "table2_radius",
         "table7_memory_tokens",
@@ -184,7 +185,11 @@ def test_plots_are_pngs(sweep, tmp_path):
     out = tmp_path / "plots"
     out.mkdir()
     paths = make_plots(rows(load_runs([sweep])), load_references(), out)
-    assert sorted(p.name for p in paths) == ["accuracy_by_radius.png", "figure2_longmemeval.png"]
+    assert sorted(p.name for p in paths) == [
+        "accuracy_by_radius.png",
+        "accuracy_vs_total_cost_longmemeval.png",
+        "figure2_longmemeval.png",
+    ]
     for p in paths:
         assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
 
@@ -194,7 +199,7 @@ def test_dashboard_escapes_model_output(sweep, tmp_path):
     flat = rows(runs)
     page = render(build_tables(flat), make_plots(flat, load_references(), tmp_path), runs)
     assert "<script>alert" not in page and "</script><script>" not in page
-    assert page.count("data:image/png;base64,") == 2
+    assert page.count("data:image/png;base64,") == 3
     data = page.split('id="report-data">')[1].split("</script>")[0]
     records = json.loads(data)["records"]
     assert len(records) == 8 and EVIL in records[0]["memory"]

@@ -17,6 +17,7 @@ import yaml
 
 from lazymem.eval.records import Record, read_records
 from lazymem.eval.summary import FILE, BenchmarkSummary, Summary, read_summary
+from lazymem.report.costs import write_cost
 
 MAX_DEPTH = 4
 
@@ -189,6 +190,9 @@ def rows(runs: list[Run]) -> list[dict]:
                         "all_at_n": cover,
                         "all_at_n_source": source,
                         "memory_model": run.get("llm.roles.memory.model"),
+                        "write_cost": write_cost(
+                            [r for r in run.records.get(bench, []) if r.get("method") == method]
+                        ),
                     }
                 )
     return out

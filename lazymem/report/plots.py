@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lazymem.report.costs import cost_plot  # noqa: E402
 from lazymem.report.tables import STAGE_ORDER, _is_lazymem  # noqa: E402
 from lazymem.stats import mean  # noqa: E402
 
@@ -195,4 +196,5 @@ def _save(fig, path: Path) -> Path:
 def make_plots(rows: list[dict], ref: dict, out: Path, aliases: dict | None = None) -> list[Path]:
     paths = figure2(rows, ref, out)
     paths += [p for p in (radius_plot(rows, ref, out, aliases), stage_plot(rows, ref, out)) if p]
+    paths += cost_plot(rows, out)
     return paths

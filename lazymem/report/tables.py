@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazymem.eval.judge import describe_judge
+from lazymem.report.costs import not_run, not_run_note
 from lazymem.stats import bootstrap_ci, paired_bootstrap
 
 PAPER = Path(__file__).resolve().parent / "paper"  # the paper's numbers, one file per experiment
@@ -92,6 +93,15 @@ def _ref_name(method: str, aliases: dict) -> str:
     return aliases.get(method, method)
 
 
+def _not_run(ref: dict) -> list[tuple[str, str]]:
+    """(paper method name, table label) of the systems the paper reports and lazymem does not run."""
+    labels = ref.get("methods") or {}
+    return [
+        (name, f"{(labels.get(name) or {}).get('label', name)} (paper-reported, not run)")
+        for name in not_run()
+    ]
+
+
 CI_NOTE = "CI: 95% question-level bootstrap (seeded)"
 
 
@@ -136,6 +146,14 @@ def table1(rows: list[dict], ref: dict, aliases: dict) -> list[Table]:
             cells += [Cell(r.get("f1"))] if f1 else []
             labels = [r["method"], r["questions"], r["judged"], r["errors"]]
             t.rows.append(([r["run"], *labels] if multi else labels, cells))
+        for name, label in _not_run(ref):
+            p = (paper.get(name) or {}).get(bench) or {}
+            by_type = p.get("by_type") or {}
+            cells = [Cell(None, by_type.get(ty)) for ty in types] + [Cell(None, p.get("LJ"))]
+            cells += [Cell(None)] * (3 + f1)
+            labels = [label, None, None, None]
+            t.rows.append(([None, *labels] if multi else labels, cells))
+        t.note += ". " + not_run_note()
         tables.append(t)
     return tables
 
@@ -235,6 +253,12 @@ def table7(rows: list[dict], ref: dict, aliases: dict) -> Table:
                 Cell(tok.get("p95"), None, 0),
             ]
         t.rows.append(([run, method] if len(keys) == 2 else [method], cells))
+    for name, label in _not_run(ref):
+        cells = []
+        for b in benches:
+            cells += [Cell(None, (paper.get(name) or {}).get(b), 0), Cell(None), Cell(None)]
+        t.rows.append(([None, label] if len(keys) == 2 else [label], cells))
+    t.note = not_run_note()
     return t
 
 
@@ -258,8 +282,49 @@ def table8(rows: list[dict], ref: dict, aliases: dict) -> list[Table]:
                 ps = p.get(stage) or {}
                 cells += [Cell(d.get(stat) if d.get("n") else None, ps.get(stat)) for stat in STATS]
             t.rows.append(([r["run"], r["method"]] if len(keys) == 2 else [r["method"]], cells))
+        for name, label in _not_run(ref) if paper else []:
+            p = paper.get(name) or {}
+            cells = [Cell(None, (p.get(stage) or {}).get(stat)) for stage in STAGES for stat in STATS]
+            t.rows.append(([None, label] if len(keys) == 2 else [label], cells))
+        t.note = not_run_note() if paper else ""
         tables.append(t)
     return tables
+
+
+def table_write_cost(rows: list[dict]) -> Table:
+    """Write-time construction cost beside query-time latency, which the paper's Table 8 leaves out."""
+    t = Table(
+        "write_cost",
+        "Write-time cost per method (not in the paper): offline construction, amortised, and in total",
+        ["benchmark", "method"] + (["run"] if _multi_run(rows) else []),
+        [
+            "histories",
+            "offline s / history",
+            "LLM calls / history",
+            "LLM tokens / history",
+            "online s / q",
+            "amortised offline s / q",
+            "total s / q",
+            "LJ",
+        ],
+        note="offline = building each history's store once (0 for query-time methods); amortised = offline "
+        "seconds / questions answered from those stores; total = online (Table 8's total) + amortised.",
+    )
+    for r in rows:
+        c = r["write_cost"]
+        h = c["offline_per_history"]
+        cells = [
+            Cell(c["histories"], digits=0),
+            Cell(h["build_seconds"], digits=1),
+            Cell(h["llm_calls"], digits=1),
+            Cell(h["llm_prompt_tokens"] + h["llm_completion_tokens"], digits=0),
+            Cell(c["online_s_per_question"]),
+            Cell(c["amortised_offline_s_per_question"]),
+            Cell(c["total_s_per_question"]),
+            Cell(r["accuracy"]),
+        ]
+        t.rows.append(([r["benchmark"], r["method"]] + ([r["run"]] if _multi_run(rows) else []), cells))
+    return t
 
 
 def build_tables(rows: list[dict], ref: dict | None = None, aliases: dict | None = None) -> list[Table]:
@@ -271,6 +336,7 @@ def build_tables(rows: list[dict], ref: dict | None = None, aliases: dict | None
     tables += table3(rows, ref)
     tables.append(table7(rows, ref, aliases))
     tables += table8(rows, ref, aliases)
+    tables.append(table_write_cost(rows))
     return tables
 
 

@@ -1,0 +1,309 @@
+"""Mem0 as a method: ingestion plan, the persisted store (reuse, rebuild, failed builds), the memory block,
+and no network. The real mem0ai package and embedded Qdrant run here; the LLM and the encoder are small
+fakes (the end-to-end tests with the real llama.cpp server are in test_mem0_e2e.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
+
+from lazymem.data.schema import History, Message, Question  # noqa: E402
+from lazymem.llm.client import Decoding  # noqa: E402
+from lazymem.llm.completion import Completion  # noqa: E402
+from lazymem.methods.base import Context  # noqa: E402
+from lazymem.methods.mem0 import Mem0  # noqa: E402
+from lazymem.methods.mem0_store import StoreSpec, open_store, owners, plan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def history(speakers=("user", "assistant"), sessions=2, per_session=3, hid="h1") -> History:
+    msgs, k = [], 0
+    for s in range(sessions):
+        for i in range(per_session):
+            role = speakers[i % len(speakers)]
+            date = f"2023/05/0{s + 1} (Mon) 10:00"
+            msgs.append(Message(k, f"s{s}", date, role, f"fact {k}: {role} likes item {k}"))
+            k += 1
+    return History(hid, msgs)
+
+
+class FakeLLM:
+    """Answers Mem0's extraction prompt with one memory per new message, like a perfect extractor."""
+
+    def __init__(self, fail_on_call: int | None = None):
+        self.cfg = SimpleNamespace(
+            served_name="fake", model_id="fake-1", structured=True, decoding=Decoding()
+        )
+        self.calls, self.fail_on_call = 0, fail_on_call
+
+    async def chat(self, messages, response_format=None, **decoding):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            return Completion("", error="HTTP 500: boom")
+        new = messages[1]["content"].split("## New Messages", 1)[1].split("##", 1)[0]
+        facts = re.findall(r"fact \d+: [^\n\"]+", new)
+        body = {"memory": [{"id": str(i), "text": f.strip()} for i, f in enumerate(facts)]}
+        return Completion(json.dumps(body), prompt_tokens=100, completion_tokens=20, latency_s=0.5)
+
+
+class FakeDense:
+    """Bag-of-words hashing vectors: texts sharing words are close."""
+
+    query_template = "{query}"
+
+    def __init__(self):
+        self.encoder = SimpleNamespace(identity="fake-encoder|dim=64", encode=self.encode)
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+    def embed_query(self, text):
+        return self.encode([text])[0]
+
+
+def spec(tmp_path, batch_size=2) -> StoreSpec:
+    return StoreSpec(tmp_path / "stores", None, batch_size, None)
+
+
+def build(h, sp, llm):
+    async def go():
+        store, built = await open_store(h, sp, llm, FakeDense())
+        memories = await asyncio.to_thread(store.all_memories)
+        store.close()
+        return store, built, memories
+
+    return asyncio.run(go())
+
+
+def test_plan_longmemeval_keeps_roles_and_batches_in_twos():
+    adds = plan(history(), batch_size=2)
+    assert owners(history()) == ["user"]
+    assert [a.indices for a in adds] == [[0, 1], [2], [3, 4], [5]]
+    assert adds[0].messages == [
+        {"role": "user", "content": "fact 0: user likes item 0"},
+        {"role": "assistant", "content": "fact 1: assistant likes item 1"},
+    ]
+    assert {a.user_id for a in adds} == {"user"}
+    assert adds[2].timestamp == "2023/05/02 (Mon) 10:00"
+
+
+def test_plan_locomo_gives_each_speaker_the_session_from_their_side():
+    h = history(speakers=("Caroline", "Melanie"), sessions=1, per_session=2)
+    adds = plan(h, batch_size=2)
+    assert owners(h) == ["Caroline", "Melanie"]
+    assert [(a.user_id, a.messages) for a in adds] == [
+        (
+            "Caroline",
+            [
+                {"role": "user", "content": "Caroline: fact 0: Caroline likes item 0"},
+                {"role": "assistant", "content": "Melanie: fact 1: Melanie likes item 1"},
+            ],
+        ),
+        (
+            "Melanie",
+            [
+                {"role": "assistant", "content": "Caroline: fact 0: Caroline likes item 0"},
+                {"role": "user", "content": "Melanie: fact 1: Melanie likes item 1"},
+            ],
+        ),
+    ]
+
+
+def test_plan_rejects_a_bad_batch_size():
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        plan(history(), batch_size=0)
+
+
+def test_store_is_built_once_then_reused_without_llm_calls(tmp_path):
+    h, sp = history(), spec(tmp_path)
+    llm = FakeLLM()
+    store, built, memories = build(h, sp, llm)
+    assert built and llm.calls == 4  # one Mem0 add per batch of two messages
+    assert [m[2] for m in memories] == [m.text for m in h.messages]  # one memory per message, by session
+    ledger = json.loads((store.path / "ledger.json").read_text())
+    assert ledger["adds"] == 4 and ledger["llm"]["calls"] == 4 and ledger["llm"]["prompt_tokens"] == 400
+    assert ledger["memories"] == 6 and ledger["key"]["batch_size"] == 2
+
+    again = FakeLLM()
+    store2, built2, memories2 = build(h, sp, again)
+    assert not built2 and again.calls == 0 and store2.path == store.path and memories2 == memories
+    assert not list(sp.store_dir.glob(".building-*"))
+
+
+def test_a_store_under_another_key_is_rebuilt_not_reused(tmp_path):
+    h, sp = history(), spec(tmp_path)
+    store, _, _ = build(h, sp, FakeLLM())
+    # a different configuration is a different store
+    other = FakeLLM()
+    store_b, built_b, _ = build(h, spec(tmp_path, batch_size=3), other)
+    assert built_b and other.calls == 2 and store_b.path != store.path
+    # a store written by another mem0 version at the same place is rebuilt
+    ledger_path = store.path / "ledger.json"
+    ledger = json.loads(ledger_path.read_text())
+    ledger["key"]["mem0ai"] = "0.1.0"
+    ledger_path.write_text(json.dumps(ledger))
+    llm = FakeLLM()
+    store_c, built_c, memories = build(h, sp, llm)
+    assert built_c and llm.calls == 4 and store_c.path == store.path and len(memories) == 6
+    assert json.loads(ledger_path.read_text())["key"]["mem0ai"] != "0.1.0"
+
+
+def test_a_failed_or_killed_build_never_looks_finished(tmp_path):
+    h, sp = history(), spec(tmp_path)
+    with pytest.raises(Exception, match="boom"):
+        build(h, sp, FakeLLM(fail_on_call=3))
+    assert list(sp.store_dir.glob("h1-*")) == [] and not list(sp.store_dir.glob(".building-*"))
+    # a killed ingestion's leftover (its process is gone) is cleaned up by the next build of that key
+    ref_store, _, reference = build(h, spec(tmp_path / "ref"), FakeLLM())
+    digest = ref_store.path.name.rsplit("-", 1)[1]
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    leftover = sp.store_dir / f".building-{digest}-{gone.stdout.strip()}-abcd1234"
+    (leftover / "qdrant").mkdir(parents=True)
+    store, built, memories = build(h, sp, FakeLLM())
+    assert built and memories == reference and not leftover.exists()
+
+
+def test_memory_block_lists_each_speakers_memories_with_their_source_messages(tmp_path):
+    h = history(speakers=("Caroline", "Melanie"), sessions=2, per_session=2)
+    method = Mem0(store_dir=str(tmp_path / "stores"), top_k=3)
+    ctx = Context(llms={"memory": FakeLLM()})
+    ctx.dense = lambda name="dense": FakeDense()
+    q = Question("q1", "single-hop", "Which item does Melanie like?", "item 3", "h1")
+    block = asyncio.run(method.build(q, h, ctx))
+    assert block.style == "compressed" and block.timings["retrieval"] > 0
+    assert "Memories of Caroline:" in block.text and "Memories of Melanie:" in block.text
+    assert "- 2023/05/02 (Mon) 10:00: fact 3: Melanie likes item 3" in block.text
+    assert 3 in block.shown and set(block.shown) <= {0, 1, 2, 3}
+    ingest = block.detail["ingest"]
+    assert ingest["built_now"] and ingest["llm_calls"] == 4 and ingest["store"].startswith("h1-")
+    assert len(block.detail["memories"]) <= 6
+    again = asyncio.run(method.build(q, h, ctx))
+    assert not again.detail["ingest"]["built_now"] and again.text == block.text
+
+
+def test_bad_method_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        Mem0(store_dir=str(tmp_path), top_k=0)
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\]"):
+        Mem0(store_dir=str(tmp_path), threshold=2.0)
+    with pytest.raises(FileNotFoundError, match="no_such_prompt"):
+        Mem0(store_dir=str(tmp_path), custom_instructions="no_such_prompt")
+
+
+GUARD = textwrap.dedent(
+    """
+    # sitecustomize: every outbound connection that is not loopback is refused and logged
+    import ipaddress, os, socket
+    _connect = socket.socket.connect
+    def _guarded(self, address):
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None:
+            try:
+                local = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                local = host == "localhost"
+            if not local:
+                with open(os.environ["NETWORK_LOG"], "a") as f:
+                    f.write(f"{host}\\n")
+                raise OSError("network disabled for this test")
+        return _connect(self, address)
+    socket.socket.connect = _guarded
+    """
+)
+
+
+def guarded_env(tmp_path: Path) -> dict:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(GUARD)
+    import os
+
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "NETWORK_LOG": str(tmp_path / "network.log"),
+        "MEM0_TELEMETRY": "True",  # the method must turn it off itself
+        "HOME": str(tmp_path / "home"),
+    }
+
+
+def test_network_guard_refuses_and_logs_outbound_connections(tmp_path):
+    code = textwrap.dedent(
+        """
+        import socket
+        try:
+            socket.create_connection(("192.0.2.1", 80), timeout=1)
+        except OSError as e:
+            print(e)
+        """
+    )
+    env = guarded_env(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "network disabled" in out.stdout
+    assert (tmp_path / "network.log").read_text().split() == ["192.0.2.1"]
+
+
+def test_mem0_builds_and_searches_with_no_outbound_connection(tmp_path):
+    """Mem0's telemetry, notices and optional model downloads never try the network (MEM0_TELEMETRY=True
+    in the environment: the method turns it off), and nothing is written to the real home folder."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_mem0 import FakeLLM, FakeDense, history, spec
+        from pathlib import Path
+        from lazymem.methods.mem0_store import open_store
+        async def go():
+            store, built = await open_store(history(), spec(Path({str(tmp_path)!r})), FakeLLM(), FakeDense())
+            found = await asyncio.to_thread(store.search, "which item does the user like", 5, 0.0)
+            store.close()
+            print("built", built, "found", len(found["user"]))
+        asyncio.run(go())
+        """
+    )
+    env = guarded_env(tmp_path)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "built True found 5" in out.stdout
+    log = tmp_path / "network.log"
+    assert not log.exists(), f"outbound connections attempted: {log.read_text()}"
+    assert not (tmp_path / "home" / ".mem0").exists()
+
+
+def test_mem0_rows_get_the_papers_numbers_in_tables_1_and_7(tmp_path):
+    import yaml
+
+    from lazymem.eval.metrics import summarize
+    from lazymem.eval.summary import summary, write_summary
+    from lazymem.report.collect import load_run, rows
+    from lazymem.report.tables import build_tables
+
+    from test_main_table import JUDGE, _records
+
+    methods = {"mem0": summarize(_records("mem0", 4, 2, 300, 3.0))}
+    bench = {"locomo": {"dataset": "locomo", "resume_dropped": {}, "judge": JUDGE, "methods": methods}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
+    write_summary(tmp_path, summary("main_table", bench))
+    tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}
+    assert "| mem0 | 4 | 4 | 0 | 0.50 (0.15) | 0.50 (0.45) |" in tables["table1_locomo"]
+    assert "| mem0 | 300 (8881) |" in tables["table7_memory_tokens"]
+    assert "| mem0 | 3.00 | 3.00 |" in tables["table8_locomo"]

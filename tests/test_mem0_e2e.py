@@ -1,0 +1,142 @@
+"""method=mem0 end to end on CPU: the real mem0ai package, embedded Qdrant and llama.cpp server (SmolLM2-135M,
+where quality does not matter), every run with outbound connections refused and logged.
+
+Mem0's extraction prompt is ~8k tokens: the first call of each server start pays for all of it (later
+calls reuse the prefix), so the histories here are a few messages long.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
+
+from test_mem0 import guarded_env  # noqa: E402
+
+from lazymem.methods.mem0_store import stored_memories  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_mem0 import truncate_locomo  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "task=evaluate",
+    "method=mem0",
+    "logger=none",
+    "llm.common.model=bundled:smollm2-135m",
+    "llm.common.served_name=smollm2-135m",
+    "llm.common.llamacpp.n_ctx=10240",
+    # one thread: on a busy machine two spin-wait on each other (conf/llm/cpu.yaml)
+    "llm.common.llamacpp.n_threads=1",
+    "llm.common.decoding.max_tokens=192",
+    "llm.common.timeout_s=900",
+]
+SYNTHETIC = [
+    "data.loader.per_type=1",
+    "data.loader.abstention=0",
+    "data.loader.sessions=3",
+    "data.loader.turns=2",
+    "data.limit=1",
+]
+
+
+def lazymem(tmp_path: Path, run: str, *overrides: str, cache: Path | None = None, wait: bool = True):
+    """`python -m lazymem.run` with the store (and the LLM cache, unless given) under tmp_path, the
+    network refused."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "lazymem.run",
+        *SMALL,
+        f"method.store_dir={tmp_path / 'stores'}",
+        f"llm.cache_path={cache or tmp_path / 'llm.sqlite'}",
+        f"hydra.run.dir={tmp_path / run}",
+        *overrides,
+    ]
+    env = guarded_env(tmp_path)
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def finished(stores: Path) -> list[Path]:
+    return sorted(p.parent for p in stores.glob("*/ledger.json") if not p.parent.name.startswith("."))
+
+
+def locomo_sample(tmp_path: Path, locomo_file: Path) -> list[str]:
+    """LoCoMo's first conversation cut to 4 turns of its first session (2 adds per speaker), 1 question."""
+    data = tmp_path / "locomo.json"
+    assert truncate_locomo(locomo_file, data, conversation=0, sessions=1, questions=1, messages=4) == 1
+    return ["data=locomo", f"data.path={data}", "data.loader.conversations=[0]"]
+
+
+def test_synthetic_run_then_rerun_without_ingestion_calls(tmp_path):
+    out = lazymem(tmp_path, "run", *SYNTHETIC)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [rec] = records(tmp_path / "run")
+    assert rec["status"] == "ok" and rec["method"] == "mem0"
+    ingest = rec["detail"]["ingest"]
+    assert ingest["built_now"] and ingest["adds"] == 3 and ingest["llm_calls"] == 3
+    [store] = finished(tmp_path / "stores")
+    assert json.loads((store / "ledger.json").read_text())["owners"] == ["user"]
+    assert "| mem0 |" in (tmp_path / "run" / "results.md").read_text()
+
+    out = lazymem(tmp_path, "again", *SYNTHETIC)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [again] = records(tmp_path / "again")
+    assert not again["detail"]["ingest"]["built_now"] and again["memory"] == rec["memory"]
+    assert json.loads((tmp_path / "again" / "summary.json").read_text())["llm"]["memory"]["calls"] == 0
+    assert not (tmp_path / "network.log").exists()
+
+
+def test_locomo_kill_during_ingestion_then_rerun_gives_the_clean_store(tmp_path, locomo_file):
+    data = locomo_sample(tmp_path, locomo_file)
+    # 1. killed mid-ingestion, after its first Mem0 call reached the LLM cache
+    proc = lazymem(tmp_path, "killed", *data, wait=False)
+    deadline = time.time() + 1500
+    while time.time() < deadline and proc.poll() is None:
+        cache = tmp_path / "llm.sqlite"
+        if cache.exists() and list((tmp_path / "stores").glob(".building-*")):
+            with sqlite3.connect(cache) as conn:
+                if conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0] >= 1:
+                    break
+        time.sleep(2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert finished(tmp_path / "stores") == [] and list((tmp_path / "stores").glob(".building-*"))
+
+    # 2. the rerun finishes the store (the calls made before the kill come from the LLM cache)
+    out = lazymem(tmp_path, "rerun", *data)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [rec] = records(tmp_path / "rerun")
+    assert rec["status"] == "ok" and rec["method"] == "mem0"
+    ingest = rec["detail"]["ingest"]
+    assert ingest["built_now"] and ingest["adds"] == 4 and ingest["llm_cache_hits"] >= 1
+    assert not list((tmp_path / "stores").glob(".building-*"))  # the killed build's folder is gone
+    [store] = finished(tmp_path / "stores")
+    assert json.loads((store / "ledger.json").read_text())["owners"] == ["Caroline", "Melanie"]
+
+    # 3. an uninterrupted build of the same history (same LLM replies) gives the same store
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    out = lazymem(clean, "run", *data, cache=tmp_path / "llm.sqlite")
+    assert out.returncode == 0, out.stderr[-3000:]
+    [clean_store] = finished(clean / "stores")
+    assert stored_memories(clean_store) == stored_memories(store)
+    assert not (tmp_path / "network.log").exists() and not (clean / "network.log").exists()
