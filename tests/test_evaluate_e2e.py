@@ -28,7 +28,7 @@ SMALL = [
     "data.loader.abstention=1",
     "data.limit=4",
 ]
-METHODS = {"lazymem", "rag_top20", "oracle_turn"}
+METHODS = {"lazymem", "extractive_gate", "rag_top20", "oracle_turn"}
 
 
 def records(run_dir):
@@ -51,7 +51,7 @@ def test_every_method_writes_records_summary_and_results(first_run):
     assert {(r["method"], r["qid"]) for r in recs} == {
         (m, q) for m in METHODS for q in {r["qid"] for r in recs}
     }
-    assert len(recs) == 12 and all(r["status"] == "ok" for r in recs)
+    assert len(recs) == 16 and all(r["status"] == "ok" for r in recs)
     for r in recs:
         assert r["answer"] and r["judge_raw"] and r["correct"] in (True, False, None)
         assert r["latency_s"]["answer"] > 0 and r["memory_tokens"] >= 0
@@ -61,6 +61,11 @@ def test_every_method_writes_records_summary_and_results(first_run):
         assert all(w["outcome"] in {"gate_ok", "salvaged", "retried", "fallback"} for w in r["windows"])
         assert all(len(w["decisions"]) == len(w["idx"]) for w in r["windows"])
         assert r["latency_s"]["processing"] > 0
+    lazy_windows = {r["qid"]: [w["idx"] for w in r["windows"]] for r in lazy}
+    gate = [r for r in recs if r["method"] == "extractive_gate"]
+    for r in gate:  # lazymem's windows, decided without an LLM
+        assert [w["idx"] for w in r["windows"]] == lazy_windows[r["qid"]]
+        assert all(w["outcome"] == "gate_ok" and w["calls"] == 0 for w in r["windows"])
     oracle = [r for r in recs if r["method"] == "oracle_turn"]
     assert all(r["shown"] == r["gold_idx"] for r in oracle)
     summary = read_summary(run_dir)

@@ -68,3 +68,26 @@ def test_temporal_answers_follow_the_dates(seed):
             days = int(re.match(r"(\d+) days ago", q.answer).group(1))
             event = longmemeval.parse_date(h.messages[i].time)
             assert longmemeval.parse_date(q.date).date() - timedelta(days=days) == event.date()
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3}
+
+
+def test_every_history_has_a_distractor_that_shares_words_with_the_question():
+    filler = {t for texts in synthetic.FILLER.values() for t in texts}
+    ds = synthetic.load(per_type=2, abstention=3, seed=1)
+    for q in ds.questions:
+        h = ds.history(q)
+        near_misses = [
+            m for m in h.messages if not m.gold and m.text not in filler and _words(m.text) & _words(q.text)
+        ]
+        evidence = [h.messages[i] for i in q.gold_idx]
+        assert near_misses and not set(near_misses) & set(evidence), q.id
+
+
+def test_evidence_and_questions_come_in_several_phrasings():
+    ds = synthetic.load(per_type=12, abstention=0, seed=0)
+    user = [q for q in ds.questions if q.type == "single-session-user"]
+    assert len({q.text.split()[1] for q in user}) > 1  # "did I name ..." and "is the name ..."
+    assert len({ds.history(q).messages[q.gold_idx[0]].text.split()[0] for q in user}) > 1

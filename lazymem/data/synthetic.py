@@ -3,7 +3,10 @@
 Each question gets its own multi-session, timestamped history of user/assistant chat in which a few
 evidence turns (flagged `has_answer`, as in LongMemEval) sit among filler sessions about everyday topics.
 Questions cover all six LongMemEval types, including knowledge updates, temporal reasoning and
-multi-session aggregation, plus abstention questions (`_abs` ids) about things never mentioned.
+multi-session aggregation, plus abstention questions (`_abs` ids) about things never mentioned. Evidence
+and questions come in several phrasings, and every history holds a distractor: an unmarked exchange that
+shares words with the question but is about someone else or something else (a sister's pet, a friend's
+class, a neighbour's gadget), so that a relevance model trained here cannot get by on word overlap.
 
 Records are produced in the official LongMemEval JSON format and read back with the LongMemEval parser,
 so the synthetic set exercises exactly the code path of the real benchmark. All text is generated here.
@@ -118,6 +121,10 @@ def _record(make, abstain: bool, n: int, rng: random.Random, n_sessions: int, tu
         t += timedelta(days=rng.randrange(1, 5))
     question_date = dates[-1] + timedelta(days=rng.randrange(1, 4), hours=1)
     spec = make(rng, n_sessions, dates, question_date, abstain)
+    free = [s for s in range(n_sessions) if s not in spec["evidence"]]
+    inserts = dict(spec["evidence"])
+    if free:  # no free session when evidence fills every one
+        inserts[rng.choice(free)] = spec["distractor"]
     topics = rng.sample(sorted(FILLER), k=len(FILLER))
     sessions, session_ids = [], []
     for s in range(n_sessions):
@@ -130,13 +137,13 @@ def _record(make, abstain: bool, n: int, rng: random.Random, n_sessions: int, tu
                 {"role": "user", "content": "Thanks, that helps."},
                 {"role": "assistant", "content": "Glad it helps!"},
             ]
-        evidence = spec["evidence"].get(s)
+        evidence = inserts.get(s)
         if evidence:
             at = rng.randrange(0, turns // 2) * 2  # evidence pairs start on a user turn
             filler[at : at + 2] = evidence
             filler = filler[:turns]
         sessions.append(filler)
-        session_ids.append(f"answer_{n}_{s}" if evidence else f"filler_{n}_{s}")
+        session_ids.append(f"answer_{n}_{s}" if s in spec["evidence"] else f"filler_{n}_{s}")
     qid = f"syn{n:03d}" + ("_abs" if abstain else "")
     return {
         "question_id": qid,
@@ -160,17 +167,38 @@ def _pair(user: str, assistant: str, gold: str = "user", mark: bool = True) -> l
     return [u, a]
 
 
+def _aside(user: str, assistant: str) -> list[dict]:
+    """An exchange that is no evidence (a distractor)."""
+    return _pair(user, assistant, mark=False)
+
+
 def _slots(rng: random.Random, n_sessions: int, k: int) -> list[int]:
     return sorted(rng.sample(range(n_sessions), k))
+
+
+def _other(rng: random.Random, options: list, *taken):
+    return rng.choice([o for o in options if o not in taken])
 
 
 def _ssu(rng, n_sessions, dates, qdate, abstain):
     animal, name = rng.choice(PETS)
     s = _slots(rng, n_sessions, 1)[0]
+    said = rng.choice(
+        [
+            f"Big news: I adopted a {animal} last weekend and named her {name}. Any tips for the first week?",
+            f"We brought home a {animal} from the shelter and I named her {name}. How do I help her settle?",
+            f"Say hello to {name}, the {animal} I just adopted! What should I buy for her first?",
+        ]
+    )
     turn = _pair(
-        f"Big news: I adopted a {animal} last weekend and named her {name}. Any tips for the first week?",
+        said,
         f"Congratulations on {name}! Keep the routine calm and predictable for the first few days.",
         mark=not abstain,
+    )
+    sister_animal, sister_name = _other(rng, PETS, (animal, name))
+    distractor = _aside(
+        f"My sister adopted a new {sister_animal} too; the name she picked is {sister_name}.",
+        f"{sister_name} sounds adorable; two new pets in one family!",
     )
     if abstain:
         other = "parrot" if animal != "parrot" else "hamster"
@@ -180,56 +208,93 @@ def _ssu(rng, n_sessions, dates, qdate, abstain):
             "answer": f"The information provided is not enough. You mentioned adopting a {animal}, "
             f"not a {other}.",
             "evidence": {s: turn},
+            "distractor": distractor,
         }
+    question = rng.choice(
+        [f"What did I name the {animal} I adopted?", f"What is the name of my new {animal}?"]
+    )
     return {
         "type": "single-session-user",
-        "question": f"What did I name the {animal} I adopted?",
+        "question": question,
         "answer": name,
         "evidence": {s: turn},
+        "distractor": distractor,
     }
 
 
 def _ssa(rng, n_sessions, dates, qdate, abstain):
     s = _slots(rng, n_sessions, 1)[0]
     if rng.random() < 0.5:
-        book = rng.choice(BOOKS)
+        book, other = rng.sample(BOOKS, 2)
         turn = _pair(
             "Could you suggest a short novel for my book club next month?",
-            f"You could try '{book}'. It is short and always sparks a good discussion.",
+            rng.choice(
+                [
+                    f"You could try '{book}'. It is short and always sparks a good discussion.",
+                    f"I would go with '{book}': a quick read with plenty to talk about.",
+                ]
+            ),
             gold="assistant",
         )
         return {
             "type": "single-session-assistant",
-            "question": "Which novel did you suggest for my book club?",
+            "question": rng.choice(
+                [
+                    "Which novel did you suggest for my book club?",
+                    "What book did you recommend when I asked about my book club?",
+                ]
+            ),
             "answer": book,
             "evidence": {s: turn},
+            "distractor": _aside(
+                f"A friend in my book club wants to read '{other}' instead.",
+                "Maybe the club can vote on it.",
+            ),
         }
-    dish, minutes = rng.choice(DISHES)
+    (dish, minutes), (other, _) = rng.sample(DISHES, 2)
     turn = _pair(
         "I need a quick weeknight dinner idea.",
-        f"Try a {dish}; it takes about {minutes} minutes from start to finish.",
+        rng.choice(
+            [
+                f"Try a {dish}; it takes about {minutes} minutes from start to finish.",
+                f"How about a {dish}? You can have it on the table in {minutes} minutes.",
+            ]
+        ),
         gold="assistant",
     )
     return {
         "type": "single-session-assistant",
-        "question": "What quick weeknight dinner did you suggest to me?",
+        "question": rng.choice(
+            ["What quick weeknight dinner did you suggest to me?", "Which dinner idea did you give me?"]
+        ),
         "answer": dish,
         "evidence": {s: turn},
+        "distractor": _aside(
+            f"My roommate cooked a {other} for dinner last night.",
+            "That sounds like a tasty dinner.",
+        ),
     }
 
 
 def _ssp(rng, n_sessions, dates, qdate, abstain):
-    liked, occasion, disliked = rng.choice(PREFERENCES)
+    (liked, occasion, disliked), (other, other_occasion, _) = rng.sample(PREFERENCES, 2)
     s = _slots(rng, n_sessions, 1)[0]
-    turn = _pair(
-        f"Honestly, I always prefer {liked}; {disliked} are just not for me.",
-        "Good to know, I will keep that in mind for future suggestions.",
+    said = rng.choice(
+        [
+            f"Honestly, I always prefer {liked}; {disliked} are just not for me.",
+            f"You should know I love {liked} and would rather skip {disliked}.",
+        ]
     )
+    turn = _pair(said, "Good to know, I will keep that in mind for future suggestions.")
     return {
         "type": "single-session-preference",
         "question": f"Can you recommend something for {occasion}?",
         "answer": f"The user would prefer suggestions of {liked}. They would not like {disliked}.",
         "evidence": {s: turn},
+        "distractor": _aside(
+            f"My brother wants me to recommend something for {other_occasion}; he loves {other}.",
+            "Then the choice should be easy for him.",
+        ),
     }
 
 
@@ -237,14 +302,23 @@ def _multi_session(rng, n_sessions, dates, qdate, abstain):
     k = rng.choice([2, 3])
     items = rng.sample(GADGETS, k)
     slots = _slots(rng, n_sessions, k)
+    phrasings = [
+        "I bought a new {item} for the kitchen today.",
+        "Just picked up a new {item} for my kitchen.",
+        "My kitchen finally has a new {item}; I bought it this morning.",
+    ]
     evidence = {
         s: _pair(
-            f"I bought a new {item} for the kitchen today.",
+            rng.choice(phrasings).format(item=item),
             f"Nice, a {item} is handy. Enjoy it!",
             mark=not abstain,
         )
         for s, item in zip(slots, items, strict=True)
     }
+    distractor = _aside(
+        f"My neighbour bought a new {_other(rng, GADGETS, *items)} for her kitchen; I am not getting one.",
+        "It is easy to get tempted by kitchen gadgets.",
+    )
     if abstain:
         return {
             "type": "multi-session",
@@ -252,44 +326,61 @@ def _multi_session(rng, n_sessions, dates, qdate, abstain):
             "answer": "The information provided is not enough. You mentioned kitchen gadgets, "
             "not houseplants.",
             "evidence": evidence,
+            "distractor": distractor,
         }
     return {
         "type": "multi-session",
-        "question": "How many new kitchen gadgets have I bought?",
+        "question": rng.choice(
+            ["How many new kitchen gadgets have I bought?", "How many kitchen appliances did I buy in total?"]
+        ),
         "answer": str(k),
         "evidence": evidence,
+        "distractor": distractor,
     }
 
 
 def _temporal(rng, n_sessions, dates, qdate, abstain):
-    activity = rng.choice(CLASSES)
+    activity, other = rng.sample(CLASSES, 2)
     s = _slots(rng, n_sessions - 1, 1)[0]
-    turn = _pair(
-        f"I went to my first {activity} class today and loved it!",
-        f"That's great! {activity.capitalize()} is a wonderful hobby to pick up.",
+    said = rng.choice(
+        [
+            f"I went to my first {activity} class today and loved it!",
+            f"Today was my very first {activity} class, and it was so much fun.",
+        ]
     )
+    turn = _pair(said, f"That's great! {activity.capitalize()} is a wonderful hobby to pick up.")
     days = (qdate.date() - dates[s].date()).days
     return {
         "type": "temporal-reasoning",
         "question": f"How many days ago did I attend my first {activity} class?",
         "answer": f"{days} days ago",
         "evidence": {s: turn},
+        "distractor": _aside(
+            f"A friend keeps inviting me to her first {other} class next month.",
+            "It could be fun to try something new together.",
+        ),
     }
 
 
 def _knowledge_update(rng, n_sessions, dates, qdate, abstain):
-    thing, old, new = rng.choice(SUBSCRIPTIONS)
+    (thing, old, new), (other, cost, _) = rng.sample(SUBSCRIPTIONS, 2)
     first, second = _slots(rng, n_sessions, 2)
     evidence = {
         first: _pair(
             f"My {thing} costs ${old} a month, which feels fair.", "That sounds reasonable.", mark=not abstain
         ),
         second: _pair(
-            f"Ugh, they raised my {thing} to ${new} a month starting this week.",
+            rng.choice(
+                [
+                    f"Ugh, they raised my {thing} to ${new} a month starting this week.",
+                    f"Heads up: from now on my {thing} is ${new} per month.",
+                ]
+            ),
             "Price increases are annoying; it may be worth comparing other options.",
             mark=not abstain,
         ),
     }
+    distractor = _aside(f"My sister pays ${cost} a month for her {other}.", "Monthly costs add up quickly.")
     if abstain:
         return {
             "type": "knowledge-update",
@@ -297,10 +388,12 @@ def _knowledge_update(rng, n_sessions, dates, qdate, abstain):
             "answer": f"The information provided is not enough. You mentioned your {thing}, "
             "not car insurance.",
             "evidence": evidence,
+            "distractor": distractor,
         }
     return {
         "type": "knowledge-update",
         "question": f"How much do I pay for my {thing} per month now?",
         "answer": f"${new}",
         "evidence": evidence,
+        "distractor": distractor,
     }
