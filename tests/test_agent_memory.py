@@ -22,6 +22,33 @@ def test_import_lazymem_stays_cheap_and_memory_is_exported():
     assert out.stdout.strip() == "lazymem.agent.memory"
 
 
+def test_users_querying_at_once_share_one_model_server(tmp_path, monkeypatch):
+    """Many users' first queries at once (each builds its LLM set) still start a single server."""
+    from pathlib import Path
+
+    from lazymem import Memory
+
+    extension = Path(__file__).resolve().parent / "extension"  # the toy backend: an in-process server
+    monkeypatch.syspath_prepend(str(extension))
+    overrides = [
+        "llm=toy",
+        "llm.common.toy.reply='[]'",
+        f"hydra.searchpath=[file://{extension / 'conf'}]",
+        f"agent.dir={tmp_path / 'data'}",
+        f"paths.cache={tmp_path}",
+    ]
+    users = [f"u{k}" for k in range(6)]
+    with Memory.from_config(overrides) as memory:
+
+        async def go():
+            for user in users:
+                await memory.aadd(user, [{"role": "user", "text": f"{user} likes tea."}])
+            return await asyncio.gather(*(memory.aquery(user, "What do I like?") for user in users))
+
+        recalls = asyncio.run(go())
+        assert len(recalls) == len(users) and len(memory._registry) == 1
+
+
 def test_sync_and_async_forms(tmp_path):
     from lazymem import Memory
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from lazymem.agent.store import NewMessage, SQLiteStore, Store, StoredMessage, UnknownUser
 from lazymem.data.schema import History, Message, Question
+from lazymem.llm.roles import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.embed_cache import EmbeddingCache
@@ -126,7 +127,10 @@ class Memory:
         self.dir = Path(dir)
         self.limits = limits or Limits()
         self.max_open_users = max_open_users
-        self._registry = None
+        # one set of model servers for every user, made here: users indexed in parallel must not race to it
+        self._registry = (
+            ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
+        )
         self._users: OrderedDict[tuple[str, str], _UserState] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
@@ -361,10 +365,6 @@ class Memory:
     def _user_llms(self, dir: Path):
         if not self.method.roles:
             return None
-        from lazymem.llm.roles import LLMSet, ServerRegistry
-
-        if self._registry is None:  # one set of model servers for every user
-            self._registry = ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir"))
         return LLMSet(
             {**self.llm, "cache_path": str(dir / "llm.sqlite")}, self.dir / "servers", self._registry
         )

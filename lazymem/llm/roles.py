@@ -102,7 +102,10 @@ class LLMSet:
 
     def __init__(self, cfg: Mapping[str, Any], log_dir: str | Path, registry: ServerRegistry | None = None):
         self.cfg = to_dict(cfg)
-        self.registry = registry or ServerRegistry(log_dir, self.cfg.get("model_cache_dir"))
+        # `is None`, not `or`: a shared registry with no server started yet is empty, hence falsy
+        self.registry = (
+            registry if registry is not None else ServerRegistry(log_dir, self.cfg.get("model_cache_dir"))
+        )
         self._own_registry = registry is None
         path = self.cfg.get("cache_path")
         self.cache = LLMCache(path) if self.cfg.get("cache", True) and path else None
