@@ -48,7 +48,7 @@ def test_dom_after_js_has_tables_plots_and_all_questions(dashboard):
     page, root = dashboard
     dom = _chromium(root, "--dump-dom", page.as_uri())
     assert dom.count('<section class="table"') >= 4 and "Table 2: accuracy and All@50" in dom
-    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', dom)) == 2
+    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', dom)) == 3  # + accuracy vs cost
     assert dom.count('<details class="q"') == 8
     assert "8 of 8 records" in dom
     assert "<script>alert" not in dom  # the hostile memory text stays text
