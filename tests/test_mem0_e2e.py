@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -104,21 +105,31 @@ def test_synthetic_run_then_rerun_without_ingestion_calls(tmp_path):
     assert not (tmp_path / "network.log").exists()
 
 
+def cached_calls(cache: Path) -> int:
+    """Completions in the run's LLM cache; 0 while it does not exist yet or is busy (look again)."""
+    try:
+        with closing(sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
 def test_locomo_kill_during_ingestion_then_rerun_gives_the_clean_store(tmp_path, locomo_file):
     data = locomo_sample(tmp_path, locomo_file)
     # 1. killed mid-ingestion, after its first Mem0 call reached the LLM cache
     proc = lazymem(tmp_path, "killed", *data, wait=False)
-    deadline = time.time() + 1500
-    while time.time() < deadline and proc.poll() is None:
-        cache = tmp_path / "llm.sqlite"
-        if cache.exists() and list((tmp_path / "stores").glob(".building-*")):
-            with sqlite3.connect(cache) as conn:
-                if conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0] >= 1:
-                    break
-        time.sleep(2)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        deadline = time.time() + 1500
+        while time.time() < deadline and proc.poll() is None:
+            building = list((tmp_path / "stores").glob(".building-*"))
+            if building and cached_calls(tmp_path / "llm.sqlite") >= 1:
+                break
+            time.sleep(1)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:  # never leave the run going when the test stops early
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert finished(tmp_path / "stores") == [] and list((tmp_path / "stores").glob(".building-*"))
 
     # 2. the rerun finishes the store (the calls made before the kill come from the LLM cache)
