@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from lazymem.construct.decisions import Decision, kept_content, merge_decisions
+from lazymem.construct.processor import WindowResult
 from lazymem.construct.render import render_raw
 from lazymem.construct.windows import Window, build_windows
 from lazymem.data.schema import History, Message, Question
@@ -232,19 +233,5 @@ class ExtractiveGate:
 
 
 def _record(window: Window, decisions: list[Decision], seconds: float) -> dict:
-    """The per-window record LazyMem writes (construct.processor.WindowResult.to_record), for a gate
-    that cannot fail its format."""
-    return {
-        "idx": list(window.idx),
-        "core": list(window.core),
-        "outcome": "gate_ok",
-        "gate_error": None,
-        "format_ok": True,
-        "decisions": [[d.op, d.content, d.reason] for d in decisions],
-        "raw": "",
-        "thinking": "",
-        "calls": 0,
-        "cached": 0,
-        "latency_s": round(seconds, 4),
-        "tokens": {},
-    }
+    """The per-window record LazyMem writes, for a gate that cannot fail its format and calls no model."""
+    return WindowResult(window, decisions, "gate_ok", None, True, "", "", 0, seconds, 0, {}).to_record()
