@@ -12,6 +12,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LAZYMEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+TOY_MODULES = ("toy_backend", "toy_bench", "toy_method", "toy_retriever")
+
+
+@pytest.fixture
+def toy_modules():
+    """tests/extension's modules are imported anew by the test that uses them and forgotten after it: their
+    state (toy_backend.BODIES) must not leak from one test to the next through sys.modules."""
+    for name in TOY_MODULES:
+        sys.modules.pop(name, None)
+    yield
+    for name in TOY_MODULES:
+        sys.modules.pop(name, None)
 
 
 def shared_file(name: str) -> Path:

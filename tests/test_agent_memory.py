@@ -22,7 +22,7 @@ def test_import_lazymem_stays_cheap_and_memory_is_exported():
     assert out.stdout.strip() == "lazymem.agent.memory"
 
 
-def test_users_querying_at_once_share_one_model_server(tmp_path, monkeypatch):
+def test_users_querying_at_once_share_one_model_server(tmp_path, monkeypatch, toy_modules):
     """Many users' first queries at once (each builds its LLM set) still start a single server."""
     from pathlib import Path
 

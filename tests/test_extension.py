@@ -27,15 +27,13 @@ FIXED = "llm.common.toy.reply='<think>toy thoughts</think>[]'"
 
 
 @pytest.fixture
-def outside(tmp_path, monkeypatch):
+def outside(tmp_path, monkeypatch, toy_modules):
     """tests/extension copied to a folder of its own: modules on sys.path, configs on the search path."""
     folder = tmp_path / "ext"
     shutil.copytree(EXTENSION, folder)
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("TOY_BENCH_DIR", str(folder))
-    yield folder
-    for name in ("toy_backend", "toy_bench", "toy_method"):
-        sys.modules.pop(name, None)
+    return folder
 
 
 def composed(folder, *overrides):
