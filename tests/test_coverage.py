@@ -21,11 +21,11 @@ def test_question_coverage_by_hand():
     assert unsplit["windows"] == 1 and unsplit["window_messages"] == 9
 
 
-def test_aggregate_overall_per_type_and_windows():
+def test_aggregate_overall_per_type_per_history_and_windows():
     rows = [
-        {"type": "a", "coverage": question_coverage([5], [5], 10, 1)},
-        {"type": "a", "coverage": question_coverage([5], [8], 10, 1)},
-        {"type": "b", "coverage": question_coverage([0, 9], [0, 9], 10, 1)},
+        {"type": "a", "history": "h1", "coverage": question_coverage([5], [5], 10, 1)},
+        {"type": "a", "history": "h1", "coverage": question_coverage([5], [8], 10, 1)},
+        {"type": "b", "history": "h2", "coverage": question_coverage([0, 9], [0, 9], 10, 1)},
     ]
     agg = aggregate(rows)
     assert agg["all_at_n"] == pytest.approx(2 / 3) and agg["any_at_n"] == pytest.approx(2 / 3)
@@ -33,6 +33,15 @@ def test_aggregate_overall_per_type_and_windows():
     assert agg["windows"]["per_question"] == pytest.approx(4 / 3)
     assert agg["windows"]["with_gold"] == pytest.approx(3 / 4)
     assert agg["windows"]["messages_per_window"] == pytest.approx(10 / 4)
+    assert agg["by_history"] == {
+        "h1": {"questions": 2, "all_at_n": 0.5},
+        "h2": {"questions": 1, "all_at_n": 1.0},
+    }
+    spread = agg[
+        "history_spread"
+    ]  # over histories, not questions: h2's one question weighs as much as h1's two
+    assert spread["histories"] == 2 and spread["mean"] == pytest.approx(0.75) and spread["min"] == 0.5
+    assert spread["std"] == pytest.approx(0.25) and spread["max"] == 1.0
     assert aggregate([])["all_at_n"] is None
 
 
@@ -44,6 +53,8 @@ def test_coverage_task_on_synthetic(tmp_path):
     r0, r2 = report["radii"]["0"], report["radii"]["2"]
     assert r0["questions"] == r2["questions"] == 12
     assert r2["all_at_n"] >= r0["all_at_n"] and r2["windows"]["messages_per_window"] > 1
+    assert sum(h["questions"] for h in r0["by_history"].values()) == 12  # each question on its own history
+    assert r0["history_spread"]["min"] <= r0["all_at_n"] <= r0["history_spread"]["max"]
     assert set(r0["by_type"]) == {
         "knowledge-update",
         "multi-session",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+import numpy as np
+
 from lazymem.construct.windows import build_windows, expanded_indices
 
 
@@ -36,12 +38,18 @@ def question_coverage(
 
 
 def aggregate(rows: list[dict]) -> dict:
-    """rows: {"type", "coverage": question_coverage(...)} for questions that have gold evidence."""
+    """rows: {"type", "history", "coverage": question_coverage(...)} for questions that have gold evidence.
+
+    `by_history` and its spread show how much a number depends on which conversations were sampled."""
     if not rows:
-        return {"questions": 0, "all_at_n": None, "any_at_n": None, "by_type": {}, "windows": {}}
+        empty = {"questions": 0, "all_at_n": None, "any_at_n": None, "by_type": {}, "windows": {}}
+        return {**empty, "by_history": {}, "history_spread": None}
     by_type: dict[str, list[dict]] = defaultdict(list)
+    by_history: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_type[row["type"]].append(row["coverage"])
+        by_history[row["history"]].append(row["coverage"])
+    per_history = [_rate(c, "all") for c in by_history.values()]
     covs = [row["coverage"] for row in rows]
     total_windows = sum(c["windows"] for c in covs)
     total_messages = sum(c["window_messages"] for c in covs)
@@ -52,6 +60,14 @@ def aggregate(rows: list[dict]) -> dict:
         "by_type": {
             t: {"questions": len(c), "all_at_n": _rate(c, "all"), "any_at_n": _rate(c, "any")}
             for t, c in sorted(by_type.items())
+        },
+        "by_history": {h: {"questions": len(c), "all_at_n": _rate(c, "all")} for h, c in by_history.items()},
+        "history_spread": {
+            "histories": len(per_history),
+            "mean": float(np.mean(per_history)),
+            "std": float(np.std(per_history)),
+            "min": min(per_history),
+            "max": max(per_history),
         },
         "windows": {
             "per_question": total_windows / len(covs),

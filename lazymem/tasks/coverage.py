@@ -40,7 +40,7 @@ def run(cfg, run) -> dict:
             continue
         for r in radii:
             cov = question_coverage(result.indices, q.gold_idx, len(history.messages), r, max_len, stride)
-            rows[r].append({"type": q.type, "coverage": cov})
+            rows[r].append({"type": q.type, "history": history.id, "coverage": cov})
     report = {
         "dataset": ds.source.get("name"),
         "n": retriever.n,
@@ -89,6 +89,17 @@ def render(report: dict) -> str:
             + " | ".join(per_type)
             + f" | {w['per_question']:.1f} | {w['with_gold']:.3f} | {w['messages_per_window']:.1f} |"
         )
+    spread = {r: agg["history_spread"] for r, agg in radii.items() if agg["questions"]}
+    if spread:
+        some = next(iter(spread.values()))
+        lines += [
+            "",
+            f"All@{n} over the {some['histories']} histories (mean / std / min / max): "
+            + "; ".join(
+                f"w = {r}: {s['mean']:.3f} / {s['std']:.3f} / {s['min']:.3f} / {s['max']:.3f}"
+                for r, s in spread.items()
+            ),
+        ]
     q = report["retrieval"]["query_s"]
     lines += [
         "",
