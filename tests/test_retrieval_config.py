@@ -121,6 +121,23 @@ def test_presets_resolve_as_before_they_were_composed(name, monkeypatch):
     assert flat(OmegaConf.to_container(compose_preset(name), resolve=True)) == expected
 
 
+def test_hybrid_rerank_is_the_cpu_default_plus_the_trained_cross_encoder(monkeypatch):
+    monkeypatch.setenv("LAZYMEM_MINILM_RERANKER", "/runs/rr/reranker")
+    loo, rerank = (
+        flat(OmegaConf.to_container(compose_preset(n), resolve=True)) for n in ("hybrid_loo", "hybrid_rerank")
+    )
+    changed = {k for k in loo.keys() | rerank.keys() if loo.get(k) != rerank.get(k)}
+    assert {k for k in changed if not k.startswith("reranker.")} == {"rerank_candidates"}
+    assert rerank["rerank_candidates"] == 100 and rerank["reranker.model"] == "/runs/rr/reranker"
+    assert rerank["reranker._target_"] == "lazymem.retrieval.rerank.CrossEncoderReranker"
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        trained = compose("config", overrides=["+experiment=train_reranker_cpu"]).reranker_train
+    assert (rerank["reranker.template"], rerank["reranker.max_length"]) == (
+        trained.template,
+        trained.max_length,
+    )
+
+
 def test_a_component_swaps_from_the_command_line():
     cfg = compose_preset("hybrid", "retrieval/reranker=bge_m3")
     assert cfg.reranker._target_ == "lazymem.retrieval.rerank.FlagReranker"
