@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=50, help="messages each user starts with")
     parser.add_argument("overrides", nargs="*", help="service config overrides (after --)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed benchmark still stops its service
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start(Path(tmp), args.overrides)
         try:
