@@ -84,7 +84,7 @@ def _datasets(data: DictConfig, val_path: str | None):
     return out
 
 
-def _windows(ds, retriever, gate):
+def question_windows(ds, retriever, gate):
     """(question, history, retrieved, windows) for every question with gold evidence."""
     for q in ds.questions:
         if not q.gold_idx:
@@ -98,7 +98,9 @@ def _windows(ds, retriever, gate):
 def _examples(ds, retriever, dense, gate, desc: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Feature rows and gold labels, one array pair per window."""
     xs, ys = [], []
-    for q, history, retrieved, windows in tqdm(list(_windows(ds, retriever, gate)), desc=desc, unit="q"):
+    for q, history, retrieved, windows in tqdm(
+        list(question_windows(ds, retriever, gate)), desc=desc, unit="q"
+    ):
         gold = set(q.gold_idx)
         xs += featurize(q, history, retrieved, windows, dense)
         ys += [np.array([i in gold for i in w.idx]) for w in windows]
@@ -110,7 +112,7 @@ def _examples(ds, retriever, dense, gate, desc: str) -> tuple[list[np.ndarray], 
 def _scores(model: GateModel, ds, retriever, dense, gate, threshold: float) -> dict:
     """Construction quality of the gate at `threshold` (0 keeps everything) over validation questions."""
     gold_kept, nongold_dropped, rewards, tokens, ms = [], [], [], [], []
-    for q, history, retrieved, windows in _windows(ds, retriever, gate):
+    for q, history, retrieved, windows in question_windows(ds, retriever, gate):
         gold, kept = set(q.gold_idx), set()
         t0 = time.perf_counter()
         features = featurize(q, history, retrieved, windows, dense)
