@@ -77,6 +77,19 @@ def test_sync_and_async_forms(tmp_path):
             memory.export("kim")
 
 
+def test_the_extractive_gate_serves_as_agent_memory(tmp_path):
+    """A method without LLM roles that reads the dense retriever's cached embeddings on the event loop."""
+    from lazymem import Memory
+
+    overrides = ["method=extractive_gate", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}"]
+    with Memory.from_config(overrides) as memory:
+        texts = ["My bike is red.", "I like tea.", "The weather was grey all week.", "My bike has a bell."]
+        ids = memory.add("kim", [{"role": "user", "text": t} for t in texts])
+        recall = memory.query("kim", "What colour is my bike?")
+        assert ids[0] in [m["id"] for m in recall.messages] and "red" in recall.text
+        assert recall.style == "raw" and len(recall.messages) < len(texts)  # verbatim, and some dropped
+
+
 @pytest.mark.slow
 def test_memory_model_gate_and_forget_everywhere(tmp_path):
     """The LLM gate through the service with SmolLM2-135M on llama.cpp: the query runs the memory model,

@@ -196,6 +196,24 @@ def test_cache_is_picklable_and_reopens(tmp_path):
     assert clone.count() == 1
 
 
+def test_one_cache_serves_several_threads(tmp_path):
+    """The agent service indexes in a worker thread and scores windows on its event loop's thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = EmbeddingCache(tmp_path)
+    with ThreadPoolExecutor(1) as worker:
+        worker.submit(cache.put, "m", {"k": np.ones(3, np.float32)}).result()  # the connection opens there
+    assert set(cache.get("m", ["k", "absent"])) == {"k"}  # ...and is used here
+
+    def writer(i):
+        cache.put("m", {f"t{i}-{j}": np.full(3, j, np.float32) for j in range(20)})
+        return len(cache.get("m", [f"t{i}-{j}" for j in range(20)]))
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(writer, range(16))) == [20] * 16
+    assert cache.count("m") == 1 + 16 * 20
+
+
 @pytest.mark.parametrize("n", [0, 1])
 def test_tiny_histories(tmp_path, n):
     index = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path)).build(history(n).messages)

@@ -5,6 +5,8 @@ template, prompt or model never reuses a stale vector. `created` (unix time of t
 task=cache prune by age; files from before it existed get the time they were first reopened. Each
 `put` is one transaction, so a run killed mid-way keeps every batch it finished; WAL plus a busy
 timeout lets several processes read and write the same file (writers queue, readers never block).
+Within a process one connection serves every thread, one call at a time (the agent service indexes in a
+worker thread and scores windows on its event loop).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,17 +51,22 @@ class EmbeddingCache:
         self.misses = 0
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
+        self._lock = threading.RLock()
 
     def _connection(self) -> sqlite3.Connection:
-        # A connection must not cross a fork: reopen in a child process.
+        # A connection must not cross a fork: reopen in a child process. Callers hold self._lock.
         if self._conn is None or self._pid != os.getpid():
-            conn = sqlite.connect(self.path, self.timeout_s, _SCHEMA)
+            conn = sqlite.connect(self.path, self.timeout_s, _SCHEMA, thread_safe=True)
             _add_created(conn)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
     def get(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """The cached vectors among `keys` (missing keys are simply absent)."""
+        with self._lock:
+            return self._get(model, keys)
+
+    def _get(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         conn = self._connection()
         found: dict[str, np.ndarray] = {}
         unique = list(dict.fromkeys(keys))
@@ -84,43 +92,52 @@ class EmbeddingCache:
         for key, vec in items.items():
             arr = np.ascontiguousarray(vec, dtype=np.float32).ravel()
             rows.append((model, key, arr.shape[0], arr.tobytes(), now))
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no lock-upgrade deadlock
-        try:
-            conn.executemany(
-                "INSERT OR IGNORE INTO embeddings (model, key, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no lock-upgrade deadlock
+            try:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO embeddings (model, key, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
 
     def count(self, model: str | None = None) -> int:
-        conn = self._connection()
-        if model is None:
-            return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
-        return conn.execute("SELECT COUNT(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
+        with self._lock:
+            conn = self._connection()
+            if model is None:
+                return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+            return conn.execute("SELECT COUNT(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
 
     def summary(self) -> dict[str, dict]:
         """Per model identity: entries, bytes of vectors, oldest and newest (unix time)."""
-        return sqlite.summarize(self._connection(), TABLE, "vec")
+        with self._lock:
+            return sqlite.summarize(self._connection(), TABLE, "vec")
 
     def prune(self, before: float | None = None, model: str | None = None, apply: bool = False) -> dict:
         """Vectors per model written before `before` and/or of model identities matching the glob `model`;
         deleted only with `apply` (see lazymem.sqlite.prune)."""
-        return sqlite.prune(self._connection(), TABLE, before, model, apply)
+        with self._lock:
+            return sqlite.prune(self._connection(), TABLE, before, model, apply)
 
     def close(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            self._conn.close()
-        self._conn = None
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
 
     def __getstate__(self) -> dict:
-        # Picklable for Ray / multiprocessing: the connection is reopened on first use.
+        # Picklable for Ray / multiprocessing: the connection is reopened on first use, the lock remade.
         state = dict(self.__dict__)
-        state["_conn"], state["_pid"] = None, None
+        state["_conn"], state["_pid"], state["_lock"] = None, None, None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
 
 def _add_created(conn: sqlite3.Connection) -> None:
