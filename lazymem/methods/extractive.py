@@ -14,6 +14,7 @@ decisions (content = the message text), so gold kept / non-gold dropped / format
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -203,7 +204,9 @@ class ExtractiveGate:
         result, retrieval_s = ctx.search(question, history, n)
         windows = build_windows(result.indices, len(history.messages), self.radius, self.max_len, self.stride)
         t0 = time.perf_counter()
-        features = featurize(question, history, result.indices, windows, ctx.dense(self.dense))
+        # embedding work, off the event loop (the agent service keeps answering other requests meanwhile)
+        dense = ctx.dense(self.dense)
+        features = await asyncio.to_thread(featurize, question, history, result.indices, windows, dense)
         setup_s = time.perf_counter() - t0
         records, decisions = [], []
         for window, x in zip(windows, features, strict=True):
