@@ -78,7 +78,7 @@ def test_sync_and_async_forms(tmp_path):
 
 
 def test_the_extractive_gate_serves_as_agent_memory(tmp_path):
-    """A method without LLM roles that reads the dense retriever's cached embeddings on the event loop."""
+    """A method without LLM roles that reads the embedding cache from another thread than the indexer."""
     from lazymem import Memory
 
     overrides = ["method=extractive_gate", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}"]
