@@ -7,7 +7,8 @@ several numbers of concurrent clients, each client its own user.
 
 Starts the service on a free port in a temporary folder (overrides after `--`), seeds every user with
 `--history` messages, then per level runs the adds (one message each) and the queries as two phases. A
-warm-up level loads the models first; each level's first query per user still indexes its history.
+warm-up level loads the models first; each level's first query per user still indexes its history. A
+request that waits longer than `--timeout` seconds is counted as timed out, not timed.
 """
 
 from __future__ import annotations
@@ -67,26 +68,33 @@ def message(rng: random.Random, i: int) -> dict:
     }
 
 
-async def phase(http: httpx.AsyncClient, clients: int, requests: int, call) -> tuple[list[float], float]:
+async def phase(http: httpx.AsyncClient, clients: int, requests: int, call) -> tuple[list[float], int, float]:
+    """Latencies of the requests that completed, how many hit the client timeout, and the wall time."""
     latencies: list[float] = []
+    timeouts = 0
 
     async def client(c: int) -> None:
+        nonlocal timeouts
         for r in range(requests):
             t0 = time.perf_counter()
-            resp = await call(c, r)
+            try:
+                resp = await call(c, r)
+            except httpx.TimeoutException:
+                timeouts += 1  # the service may still be working on it: later levels see that load
+                continue
             resp.raise_for_status()
             latencies.append(time.perf_counter() - t0)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
-    return latencies, time.perf_counter() - t0
+    return latencies, timeouts, time.perf_counter() - t0
 
 
-async def level(url: str, clients: int, requests: int, history: int) -> dict:
+async def level(url: str, clients: int, requests: int, history: int, timeout_s: float = 900) -> dict:
     rng = random.Random(clients)
     prefix = f"c{clients}-u"
     headers = {"Authorization": f"Bearer {KEY}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=900) as http:
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as http:
         for c in range(clients):  # seed each user's history (not timed)
             seed = {"messages": [message(rng, i) for i in range(history)]}
             (await http.post(f"/v1/users/{prefix}{c}/messages", json=seed)).raise_for_status()
@@ -103,8 +111,9 @@ async def level(url: str, clients: int, requests: int, history: int) -> dict:
 
         out = {}
         for name, call in (("add", add), ("query", query)):
-            lat, wall = await phase(http, clients, requests, call)
-            out[name] = (np.percentile(lat, 50), np.percentile(lat, 95), len(lat) / wall)
+            lat, timeouts, wall = await phase(http, clients, requests, call)
+            p50, p95 = (np.percentile(lat, 50), np.percentile(lat, 95)) if lat else (np.nan, np.nan)
+            out[name] = (p50, p95, len(lat) / wall, timeouts)
         return out
 
 
@@ -115,6 +124,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests", type=int, default=20, help="adds and queries per client and level")
     parser.add_argument("--history", type=int, default=50, help="messages each user starts with")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds a client waits for one reply")
     parser.add_argument("overrides", nargs="*", help="service config overrides (after --)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed benchmark still stops its service
@@ -125,14 +135,17 @@ def main() -> None:
             setup = f"{args.requests} requests per client, history {args.history}"
             print(f"overrides: {' '.join(args.overrides)}; {setup}")
             print(
-                "| clients | add p50 (s) | add p95 (s) | adds/s | query p50 (s) | query p95 (s) | queries/s |"
+                "| clients | add p50 (s) | add p95 (s) | adds/s | query p50 (s) | query p95 (s) | queries/s "
+                "| timed out (add / query) |"
             )
-            print("|---:|---:|---:|---:|---:|---:|---:|")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|")
             for clients in args.clients:
-                r = asyncio.run(level(url, clients, args.requests, args.history))
-                (a50, a95, athr), (q50, q95, qthr) = r["add"], r["query"]
+                r = asyncio.run(level(url, clients, args.requests, args.history, args.timeout))
+                (a50, a95, athr, aout), (q50, q95, qthr, qout) = r["add"], r["query"]
                 print(
-                    f"| {clients} | {a50:.3f} | {a95:.3f} | {athr:.1f} | {q50:.3f} | {q95:.3f} | {qthr:.2f} |"
+                    f"| {clients} | {a50:.3f} | {a95:.3f} | {athr:.1f} | {q50:.3f} | {q95:.3f} | {qthr:.2f} "
+                    f"| {aout} / {qout} |",
+                    flush=True,
                 )
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
