@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -20,6 +22,7 @@ from lazymem.methods.extractive import (
     ExtractiveGate,
     GateModel,
     best_threshold,
+    encoder_identity,
     window_features,
     window_reward,
 )
@@ -48,6 +51,9 @@ def unit(*xs: float) -> np.ndarray:
 
 class FakeDense:
     """Two-dimensional 'embeddings': messages about the dog point along the question."""
+
+    encoder = SimpleNamespace(model_spec="fake-2d", max_seq_length=None)
+    template, query_template = "{text}", "{query}"
 
     def render(self, message: Message) -> str:
         return message.text
@@ -102,7 +108,15 @@ def test_save_and_load_round_trip(tmp_path):
     path = tmp_path / "gate.json"
     path.write_text(__import__("json").dumps(model.to_dict()))
     loaded = GateModel.load(path)
-    assert loaded.threshold == 0.3 and np.allclose(loaded.prob(x), model.prob(x))
+    assert loaded.threshold == 0.3 and np.allclose(loaded.prob(x), model.prob(x)) and loaded.encoder is None
+    model.encoder = encoder_identity(FakeDense())
+    path.write_text(__import__("json").dumps(model.to_dict()))
+    assert GateModel.load(path).encoder == {
+        "model": "fake-2d",
+        "max_seq_length": None,
+        "template": "{text}",
+        "query_template": "{query}",
+    }
     data = model.to_dict() | {"features": ["cos"]}
     path.write_text(__import__("json").dumps(data))
     with pytest.raises(ValueError, match="features"):
@@ -147,7 +161,7 @@ def test_window_features_use_neighbours_overlap_and_rank():
 
 def test_the_method_keeps_verbatim_and_writes_lazymem_window_records():
     gate = ExtractiveGate(radius=1)
-    gate.gate.threshold = 0.5
+    gate.gate.threshold, gate.gate.encoder = 0.5, encoder_identity(FakeDense())
     gate.gate.prob = lambda x: x[:, FEATURES.index("cos")]  # keep what points along the question
     block = asyncio.run(gate.build(QUESTION, HISTORY, Context(retriever=FakeRetriever())))
     assert block.style == "raw" and block.shown == [1]
@@ -163,6 +177,25 @@ def test_the_method_keeps_verbatim_and_writes_lazymem_window_records():
         "nongold_decided": 5,
         "nongold_dropped": 1.0,
     }
+
+
+def test_a_gate_refuses_a_dense_retriever_other_than_the_one_it_was_trained_with():
+    gate = ExtractiveGate(radius=1)  # the bundled gate, trained with MiniLM
+    with pytest.raises(ValueError, match="trained on features of the dense retriever.*fake-2d"):
+        asyncio.run(gate.build(QUESTION, HISTORY, Context(retriever=FakeRetriever())))
+    gate.gate.encoder = None  # a gate.json that does not record its encoder is taken as it is
+    assert asyncio.run(gate.build(QUESTION, HISTORY, Context(retriever=FakeRetriever()))).style == "raw"
+
+
+def test_the_bundled_gate_records_the_cpu_default_dense_retriever():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        retrieval = compose(overrides=["+retrieval=hybrid_loo", "+paths=default"]).retrieval
+    dense = instantiate(retrieval.retrievers.dense, cache=None)  # the encoder loads lazily: nothing runs
+    assert GateModel.load(BUNDLED).encoder == encoder_identity(dense)
+    GateModel.load(BUNDLED).check_encoder(dense, "bundled")
+    dense.template = "{text}"
+    with pytest.raises(ValueError, match="train a gate under this retrieval"):
+        GateModel.load(BUNDLED).check_encoder(dense, "bundled")
 
 
 def test_config_instantiates_and_rejects_a_bad_threshold():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lazymem.methods.extractive import ExtractiveGate
+from lazymem.methods.extractive import BUNDLED, ExtractiveGate, GateModel
 
 from conftest import run_cli
 
@@ -28,4 +28,6 @@ def test_train_gate_writes_a_loadable_gate(tmp_path):
     assert keep_all["gold_kept"] == 1.0 and keep_all["nongold_dropped"] == 0.0
     method = ExtractiveGate(model=str(tmp_path / "run" / "gate.json"))
     assert method.gate.threshold == report["gate"]["threshold"]
+    # trained under the CPU default retrieval, as the bundled gate was: the same dense retriever recorded
+    assert method.gate.encoder == GateModel.load(BUNDLED).encoder is not None
     assert "| gate |" in out.stdout

@@ -57,6 +57,8 @@ class GateModel:
     mean: np.ndarray
     std: np.ndarray
     threshold: float = 0.5
+    # the dense retriever the cosine features were computed with (encoder_identity); None = not recorded
+    encoder: dict | None = None
 
     def prob(self, x: np.ndarray) -> np.ndarray:
         z = ((x - self.mean) / self.std) @ self.weights + self.bias
@@ -95,6 +97,7 @@ class GateModel:
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
             "threshold": self.threshold,
+            "encoder": self.encoder,
         }
 
     @classmethod
@@ -105,7 +108,30 @@ class GateModel:
                 f"{path}: gate trained on features {data.get('features')}, this code uses {FEATURES}"
             )
         arr = {k: np.asarray(data[k], dtype=np.float64) for k in ("weights", "mean", "std")}
-        return cls(bias=float(data["bias"]), threshold=float(data["threshold"]), **arr)
+        return cls(
+            bias=float(data["bias"]), threshold=float(data["threshold"]), encoder=data.get("encoder"), **arr
+        )
+
+    def check_encoder(self, dense, where: str) -> None:
+        """Refuse a dense retriever other than the one the gate was trained with: its cosine features
+        (weights, mean and std) only mean something for that encoder and those templates."""
+        if self.encoder is not None and self.encoder != encoder_identity(dense):
+            raise ValueError(
+                f"{where}: the gate was trained on features of the dense retriever {self.encoder}, "
+                f"but this job's is {encoder_identity(dense)}; train a gate under this retrieval "
+                "(task=train_gate, e.g. +experiment=train_gate_cpu) or use the retrieval it was trained with"
+            )
+
+
+def encoder_identity(dense) -> dict:
+    """What of a DenseRetriever changes the gate's cosine features: the model, its input length and
+    the templates messages and questions are embedded with."""
+    return {
+        "model": dense.encoder.model_spec,
+        "max_seq_length": dense.encoder.max_seq_length,
+        "template": dense.template,
+        "query_template": dense.query_template,
+    }
 
 
 def window_features(
@@ -192,7 +218,8 @@ class ExtractiveGate:
         dense: str = "dense",
     ):
         self.name, self.n, self.radius, self.max_len, self.stride = name, n, radius, max_len, stride
-        self.gate = GateModel.load(model or BUNDLED)
+        self.model = model or BUNDLED
+        self.gate = GateModel.load(self.model)
         if threshold is not None:
             if not 0.0 <= threshold <= 1.0:
                 raise ValueError(f"threshold must lie in [0, 1], got {threshold}")
@@ -206,6 +233,7 @@ class ExtractiveGate:
         t0 = time.perf_counter()
         # embedding work, off the event loop (the agent service keeps answering other requests meanwhile)
         dense = ctx.dense(self.dense)
+        self.gate.check_encoder(dense, f"method {self.name!r} (gate {self.model})")
         features = await asyncio.to_thread(featurize, question, history, result.indices, windows, dense)
         setup_s = time.perf_counter() - t0
         records, decisions = [], []

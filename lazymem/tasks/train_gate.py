@@ -28,7 +28,7 @@ from tqdm import tqdm
 from lazymem.construct.render import render_raw
 from lazymem.construct.windows import build_windows
 from lazymem.data import load_dataset
-from lazymem.methods.extractive import GateModel, best_threshold, featurize, window_reward
+from lazymem.methods.extractive import GateModel, best_threshold, encoder_identity, featurize, window_reward
 from lazymem.stats import mean
 from lazymem.tokens import count_tokens
 
@@ -44,6 +44,7 @@ def run(cfg, run) -> dict:
     t0 = time.perf_counter()
     if gate.get("model"):
         model, val, train_info = GateModel.load(gate.model), load_dataset(cfg.data), {"model": gate.model}
+        model.check_encoder(dense, f"gate.model {gate.model}")
         run.meta.add_dataset(val.source)
     else:
         train, val = _datasets(cfg.data, gate.val_path)
@@ -52,6 +53,7 @@ def run(cfg, run) -> dict:
         model = GateModel.fit(np.vstack(x_train), np.concatenate(y_train), l2=float(gate.l2))
         x_val, y_val = _examples(val, retriever, dense, gate, "val")
         model.threshold = best_threshold([model.prob(x) for x in x_val], y_val)
+        model.encoder = encoder_identity(dense)
         train_info = {"questions": len(train.questions), "messages": int(sum(len(y) for y in y_train))}
     report = {
         "gate": model.to_dict(),
