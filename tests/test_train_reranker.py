@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.data.schema import Dataset, History, Message, Question
 from lazymem.retrieval.base import SearchResult
 from lazymem.retrieval.rerank import CrossEncoderReranker
-from lazymem.tasks.train_reranker import fit, rerank_samples, training_pairs
+from lazymem.tasks.train_reranker import fit, rerank_samples, split_datasets, training_pairs
 
 TEXTS = ["hi", "I adopted a dog named Biscuit", "nice", "my dog loves walks", "tax forms", "weather"]
 HISTORY = History(
@@ -68,3 +70,42 @@ def test_a_tiny_fine_tuning_run_saves_a_checkpoint_the_reranker_loads(tmp_path):
     reranker = CrossEncoderReranker(str(tmp_path / "reranker"), device="cpu", max_length=32)
     scores = reranker.score("What is my dog called?", HISTORY.messages)
     assert len(scores) == len(TEXTS) and len(set(scores)) > 1
+
+
+def synthetic(seed: int) -> dict:
+    loader = {"_target_": "lazymem.data.synthetic.load", "per_type": 1, "abstention": 0, "seed": seed}
+    return {"name": "synthetic", "loader": loader, "split": None, "limit": None}
+
+
+def test_validation_histories_that_training_reads_are_refused():
+    opts = OmegaConf.create({"val_path": None, "val_data": {}})
+    with pytest.raises(SystemExit, match="validation histories are also training histories"):
+        split_datasets(OmegaConf.create(synthetic(0)), opts)
+    opts.val_data = {"loader": {"seed": 1}}  # other generated histories
+    train, val = split_datasets(OmegaConf.create(synthetic(0)), opts)
+    assert train.questions and val.questions and train.questions != val.questions
+
+
+def test_locomo_validation_holds_out_whole_conversations(locomo_file):
+    def compose_split(*overrides):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(
+                "config",
+                overrides=[
+                    "+experiment=train_reranker_cpu",
+                    "data=locomo",
+                    f"data.path={locomo_file}",
+                    "data.loader.conversations=[0,1]",
+                    "reranker_train.val_path=null",
+                    *overrides,
+                ],
+            )
+        return split_datasets(cfg.data, cfg.reranker_train)
+
+    train, val = compose_split("reranker_train.val_data={loader: {conversations: [2]}}")
+    assert len(train.histories) == 2 and len(val.histories) == 1
+    assert not set(train.histories) & set(val.histories)
+    with pytest.raises(SystemExit, match="val_data"):
+        compose_split("reranker_train.val_data={loader: {conversations: [1]}}")
+    with pytest.raises(SystemExit, match="2 validation histories"):
+        compose_split()  # the same file and conversations: validation would be training data

@@ -4,6 +4,12 @@
         data.path=../shared/data/longmemeval_oracle_train.json \
         reranker_train.val_path=../shared/data/longmemeval_oracle_val.json
 
+    # LoCoMo is one file: hold out whole conversations for validation
+    python -m lazymem.run +experiment=train_reranker_cpu \
+        data=locomo data.path=../shared/data/locomo_dev8.json 'data.loader.conversations=[0,1,2,3,4,5]' \
+        reranker_train.val_path=null \
+        'reranker_train.val_data={loader: {conversations: [6,7]}}'
+
 Positives are each question's gold messages; hard negatives are the best-ranked non-gold messages of the
 job's retrieval for that question (the candidates the reranker will reorder). Training uses
 sentence-transformers' CrossEncoderTrainer (binary cross-entropy), evaluates NDCG@10 over each
@@ -18,10 +24,13 @@ import json
 import time
 
 from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
 from lazymem.data import load_dataset
+from lazymem.data.schema import Dataset
 from lazymem.retrieval.base import check_template, render
 from lazymem.retrieval.dense import offline_env, resolve_device, resolve_model
+from lazymem.retrieval.hybrid import fingerprint
 
 
 def run(cfg, run) -> dict:
@@ -30,12 +39,8 @@ def run(cfg, run) -> dict:
         raise SystemExit(
             "error: task=train_reranker needs its settings: run it with +experiment=train_reranker_cpu"
         )
-    if not opts.val_path:
-        raise SystemExit("error: reranker_train.val_path must name the validation questions' data file")
     template = check_template(opts.template)
-    val_cfg = cfg.data.copy()
-    val_cfg.path, val_cfg.split, val_cfg.limit = opts.val_path, None, None
-    train, val = load_dataset(cfg.data), load_dataset(val_cfg)
+    train, val = split_datasets(cfg.data, opts)
     run.meta.add_dataset(train.source)
     retriever = instantiate(cfg.retrieval)
     pairs = training_pairs(train, retriever, int(opts.negatives), template)
@@ -55,6 +60,25 @@ def run(cfg, run) -> dict:
     (run.dir / "reranker_report.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
     return report
+
+
+def split_datasets(data: DictConfig, opts: DictConfig) -> tuple[Dataset, Dataset]:
+    """The training questions (`data`) and the validation ones: `val_path` (null = the same file) read
+    with the same loader, changed by `val_data` (e.g. other LoCoMo conversations). Refuses validation
+    histories that training also reads: a checkpoint picked on them would be picked on training data."""
+    val_cfg = data.copy()
+    val_cfg.path, val_cfg.split, val_cfg.limit = opts.get("val_path") or data.get("path"), None, None
+    val_cfg = OmegaConf.merge(val_cfg, opts.get("val_data") or {})
+    train, val = load_dataset(data), load_dataset(val_cfg)
+    seen = {fingerprint(h) for h in train.histories.values()}
+    shared = sorted(k for k, h in val.histories.items() if fingerprint(h) in seen)
+    if shared:
+        raise SystemExit(
+            f"error: {len(shared)} validation histories are also training histories (e.g. {shared[:3]}): "
+            "give reranker_train.val_path another file, or reranker_train.val_data other conversations, "
+            "e.g. 'reranker_train.val_data={loader: {conversations: [6, 7]}}'"
+        )
+    return train, val
 
 
 def training_pairs(ds, retriever, negatives: int, template: str) -> list[tuple[str, str, int]]:
