@@ -8,7 +8,9 @@ several numbers of concurrent clients, each client its own user.
 Starts the service on a free port in a temporary folder (overrides after `--`), seeds every user with
 `--history` messages, then per level runs the adds (one message each) and the queries as two phases. A
 warm-up level loads the models first; each level's first query per user still indexes its history. A
-request that waits longer than `--timeout` seconds is counted as timed out, not timed.
+request that waits longer than `--timeout` seconds is counted as timed out, one answered with an error
+status as failed (per status code); neither is timed. `--keep DIR` keeps the service's folder (its log,
+the model servers' logs, the store) for a look at what failed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,26 +71,32 @@ def message(rng: random.Random, i: int) -> dict:
     }
 
 
-async def phase(http: httpx.AsyncClient, clients: int, requests: int, call) -> tuple[list[float], int, float]:
-    """Latencies of the requests that completed, how many hit the client timeout, and the wall time."""
+async def phase(
+    http: httpx.AsyncClient, clients: int, requests: int, call
+) -> tuple[list[float], dict, float]:
+    """Latencies of the requests that succeeded, the others counted by outcome ("timeout" or the HTTP
+    status), and the wall time."""
     latencies: list[float] = []
-    timeouts = 0
+    failed: dict[str, int] = {}
 
     async def client(c: int) -> None:
-        nonlocal timeouts
         for r in range(requests):
             t0 = time.perf_counter()
             try:
                 resp = await call(c, r)
-            except httpx.TimeoutException:
-                timeouts += 1  # the service may still be working on it: later levels see that load
+            except (
+                httpx.TimeoutException
+            ):  # the service may still be working on it: later levels see that load
+                failed["timeout"] = failed.get("timeout", 0) + 1
                 continue
-            resp.raise_for_status()
-            latencies.append(time.perf_counter() - t0)
+            if resp.is_success:
+                latencies.append(time.perf_counter() - t0)
+            else:
+                failed[str(resp.status_code)] = failed.get(str(resp.status_code), 0) + 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
-    return latencies, timeouts, time.perf_counter() - t0
+    return latencies, failed, time.perf_counter() - t0
 
 
 async def level(url: str, clients: int, requests: int, history: int, timeout_s: float = 900) -> dict:
@@ -111,9 +120,9 @@ async def level(url: str, clients: int, requests: int, history: int, timeout_s: 
 
         out = {}
         for name, call in (("add", add), ("query", query)):
-            lat, timeouts, wall = await phase(http, clients, requests, call)
+            lat, failed, wall = await phase(http, clients, requests, call)
             p50, p95 = (np.percentile(lat, 50), np.percentile(lat, 95)) if lat else (np.nan, np.nan)
-            out[name] = (p50, p95, len(lat) / wall, timeouts)
+            out[name] = (p50, p95, len(lat) / wall, failed)
         return out
 
 
@@ -125,6 +134,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20, help="adds and queries per client and level")
     parser.add_argument("--history", type=int, default=50, help="messages each user starts with")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a client waits for one reply")
+    parser.add_argument("--keep", type=Path, default=None, help="copy the service's folder here at the end")
     parser.add_argument("overrides", nargs="*", help="service config overrides (after --)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed benchmark still stops its service
@@ -136,7 +146,7 @@ def main() -> None:
             print(f"overrides: {' '.join(args.overrides)}; {setup}")
             print(
                 "| clients | add p50 (s) | add p95 (s) | adds/s | query p50 (s) | query p95 (s) | queries/s "
-                "| timed out (add / query) |"
+                "| failed (add / query) |"
             )
             print("|---:|---:|---:|---:|---:|---:|---:|---:|")
             for clients in args.clients:
@@ -144,12 +154,21 @@ def main() -> None:
                 (a50, a95, athr, aout), (q50, q95, qthr, qout) = r["add"], r["query"]
                 print(
                     f"| {clients} | {a50:.3f} | {a95:.3f} | {athr:.1f} | {q50:.3f} | {q95:.3f} | {qthr:.2f} "
-                    f"| {aout} / {qout} |",
+                    f"| {failures(aout)} / {failures(qout)} |",
                     flush=True,
                 )
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(60)
+            if args.keep:
+                shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+
+
+def failures(counts: dict) -> str:
+    """'0', or the count with its outcomes, e.g. '3 (502: 2, timeout: 1)'."""
+    if not counts:
+        return "0"
+    return f"{sum(counts.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + ")"
 
 
 if __name__ == "__main__":
