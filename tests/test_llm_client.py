@@ -198,6 +198,27 @@ def test_concurrency_bound_is_respected(api):
     assert [o.text for o in outs] == [f"echo {i}" for i in range(12)]  # input order
 
 
+def test_clients_of_one_endpoint_share_its_concurrency_bound(api, tmp_path):
+    # the agent service builds one client per user (each with its own cache) over the one model server
+    srv = api(lambda n, b: (200, reply("ok"), 0.1, {}))
+    users = [client(srv.url, concurrency=1, cache=LLMCache(tmp_path / f"u{i}.sqlite")) for i in range(4)]
+    other = api(lambda n, b: (200, reply("ok"), 0.1, {}))
+    elsewhere = client(other.url, concurrency=1)
+
+    async def all_users():
+        calls = [
+            c.chat([{"role": "user", "content": f"{i}-{k}"}]) for i, c in enumerate(users) for k in range(2)
+        ]
+        return await asyncio.gather(
+            *calls, elsewhere.chat(MSGS), elsewhere.chat([{"role": "user", "content": "b"}])
+        )
+
+    outs = run(all_users())
+    assert all(o.ok for o in outs) and len(srv.bodies) == 8
+    assert srv.max_inflight == 1  # not one per client
+    assert other.max_inflight == 1 and len(other.bodies) == 2  # another endpoint has its own bound
+
+
 def test_thinking_budget_and_structured_output_per_dialect(api):
     srv = api(lambda n, b: (200, reply("[]"), 0, {}))
     schema = {"type": "array", "items": {"type": "object"}}

@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +26,22 @@ from lazymem.llm.servers import ServerDied
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429}
+
+
+# Requests in flight per endpoint, shared by every client of the process that calls it from the same event
+# loop. `concurrency` bounds what one server is sent, not one client: the agent service gives each user an
+# LLMSet of their own (their own response cache) over the one shared model server, and with a semaphore per
+# client 32 users sent 32 requests at once to a llama.cpp server that decodes one at a time; they queued
+# there past timeout_s and failed.
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def endpoint_slots(base_url: str, concurrency: int) -> asyncio.Semaphore:
+    """The running loop's semaphore for `base_url` (one per concurrency setting)."""
+    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault((base_url.rstrip("/"), concurrency), asyncio.Semaphore(concurrency))
 
 
 class MissingApiKey(RuntimeError):
@@ -133,13 +150,13 @@ class LLMClient:
         self.tokens = {"prompt": 0, "completion": 0}
 
     def _bind(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
-        """Client and semaphore for the running loop (fresh ones when a new ``asyncio.run`` starts)."""
+        """Client and endpoint semaphore for the running loop (fresh ones when a new asyncio.run starts)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._client is None or self._sem is None:
             self._client = openai.AsyncOpenAI(
                 base_url=self.cfg.base_url, api_key=self._api_key, timeout=self.cfg.timeout_s, max_retries=0
             )
-            self._sem = asyncio.Semaphore(self.cfg.concurrency)
+            self._sem = endpoint_slots(self.cfg.base_url, self.cfg.concurrency)
             self._loop = loop
         return self._client, self._sem
 
