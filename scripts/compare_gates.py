@@ -2,12 +2,13 @@
 benchmark, not a test).
 
 Every question with gold evidence is retrieved and windowed as the methods do (the job's retrieval,
-radius `w`, L = 8, s = 7). The gate and keep-all are scored on every window. The LLM (the job's
-`memory` role with its prompts and `construct` policy: on CPU the bundled 0.5B, prompt-only) is too slow
-for that, so it runs on a seeded sample stratified by whether a window holds gold: `--windows` windows,
-half with gold and half without, and all three are scored on that sample. Its action reward is
-reweighted to the share of gold-bearing windows among all windows, so the three numbers estimate the
-same quantity. A window whose LLM reply yields no decisions keeps nothing (as the method merges it).
+radius `w`, L = 8, s = 7). The gate and keep-all are scored on every window. The LLM (the memory model
+of the job's `method=lazymem`: its role, prompts and `construct` policy; on CPU the bundled 0.5B,
+prompt-only) is too slow for that, so it runs on a seeded sample stratified by whether a window holds
+gold: `--windows` windows, half with gold and half without, and all three are scored on that sample. Its
+action reward is reweighted to the share of gold-bearing windows among all windows, so the three numbers
+estimate the same quantity. A window whose LLM reply yields no decisions keeps nothing (as the method
+merges it).
 
     .venv/bin/python scripts/compare_gates.py --windows 30 -- data=locomo \
         data.path=../shared/data/locomo_dev8.json
@@ -33,13 +34,12 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from lazymem.conf import CONF_DIR
-from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.construct.render import render_memory, render_raw
 from lazymem.data import load_dataset
 from lazymem.llm.roles import LLMSet
-from lazymem.methods.base import query_time
+from lazymem.methods.base import Context, query_time
 from lazymem.methods.extractive import BUNDLED, GateModel, featurize, window_reward
-from lazymem.prompts import load
+from lazymem.methods.lazymem import LazyMem
 from lazymem.tasks.train_gate import question_windows
 from lazymem.tokens import count_tokens
 
@@ -96,13 +96,14 @@ def gate_rows(questions, gate: GateModel, dense) -> tuple[dict, dict]:
 
 
 async def llm_rows(questions, picked: set, cfg, log_dir: Path) -> tuple[dict, dict]:
-    """The memory role's rows on the picked windows; a question's picked windows are in flight together."""
+    """The job's method's memory model (`method=lazymem`: its role, prompts and construct policy) on the
+    picked windows; a question's picked windows are in flight together."""
     out, outcomes = {}, {}
-    policy = InvalidPolicy.from_config(cfg.construct)
+    method = instantiate(cfg.method)
+    if not isinstance(method, LazyMem):
+        raise SystemExit(f"the LLM row is method=lazymem's memory model, not {type(method).__name__}")
     with LLMSet(cfg.llm, log_dir) as llms:
-        proc = MemoryProcessor(
-            llms["memory"], load(cfg.prompts.memory_system), load(cfg.prompts.memory_user), policy
-        )
+        proc = method.processor(Context(llms=llms))
         for q, history, _, windows in questions:
             mine = [k for k in range(len(windows)) if (q.id, k) in picked]
             if not mine:
@@ -138,8 +139,9 @@ def main():
     model = GateModel.load(args.gate)
     retriever = instantiate(cfg.retrieval)
     ds = load_dataset(cfg.data)
-    questions = list(question_windows(ds, retriever, cfg.gate))
     dense = retriever.dense(cfg.gate.dense)
+    model.check_encoder(dense, f"--gate {args.gate}")
+    questions = list(question_windows(ds, retriever, cfg.gate))
     gate, keep_all = gate_rows(questions, model, dense)
 
     has_gold = {key for key, r in gate.items() if any(r["gold"])}
@@ -156,7 +158,7 @@ def main():
     def on_sample(rows):
         return score([rows[key] for key in sorted(picked)], share)
 
-    memory = cfg.llm.roles.memory.get("model") or cfg.llm.common.model
+    memory = cfg.llm.roles[cfg.method.role].get("model") or cfg.llm.common.model
     result = {
         "overrides": args.overrides,
         "w": int(cfg.gate.radius),
