@@ -31,7 +31,7 @@ _RETRY_STATUS = {408, 409, 425, 429}
 # Requests in flight per endpoint, shared by every client of the process that calls it from the same event
 # loop. `concurrency` bounds what one server is sent, not one client: the agent service gives each user an
 # LLMSet of their own (their own response cache) over the one shared model server, and with a semaphore per
-# client 32 users sent 32 requests at once to a llama.cpp server that decodes one at a time; they queued
+# client 32 users sent all their windows at once to a llama.cpp server that decodes one at a time; they queued
 # there past timeout_s and failed.
 _SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], asyncio.Semaphore]] = (
     weakref.WeakKeyDictionary()
