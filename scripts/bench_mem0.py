@@ -71,6 +71,8 @@ def measure(run_dir: Path) -> dict:
             "ok": s["ok"],
             "accuracy": s["accuracy"],
             "f1": s.get("f1"),
+            "contains_reference": s.get("contains_reference"),
+            "gold_recall_in_memory": s.get("gold_recall_in_memory"),
             "memory_tokens_mean": (s.get("memory_tokens") or {}).get("mean"),
             "latency_s": {k: (v or {}).get("mean") for k, v in (s.get("latency_s") or {}).items()},
             "write_cost": cost,
@@ -84,15 +86,17 @@ def report(found: dict) -> str:
         return "–" if x is None else f"{x:.{d}f}"
 
     lines = [
-        "| method | LJ | F1 | memory tokens | retrieval s | processing s | answer s | online total s "
+        "| method | LJ | F1 | contains ref | gold in memory | memory tokens | retrieval s | processing s "
+        "| answer s | online total s "
         "| ingestion s / history | ingestion s / message | LLM calls / history |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, x in found.items():
         lat, ing = x["latency_s"], x["ingest"] or {}
         per_msg = ing["build_seconds"] / ing["messages"] if ing.get("messages") else None
         lines.append(
-            f"| {m} | {f(x['accuracy'])} | {f(x['f1'])} | {f(x['memory_tokens_mean'], 0)} | "
+            f"| {m} | {f(x['accuracy'])} | {f(x['f1'])} | {f(x['contains_reference'])} | "
+            f"{f(x['gold_recall_in_memory'])} | {f(x['memory_tokens_mean'], 0)} | "
             f"{f(lat.get('retrieval'))} | {f(lat.get('processing'))} | {f(lat.get('answer'))} | "
             f"{f(lat.get('total'))} | {f(ing.get('build_seconds'), 1)} | {f(per_msg)} | "
             f"{ing.get('llm_calls', 0)} |"
