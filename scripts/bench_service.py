@@ -84,9 +84,7 @@ async def phase(
             t0 = time.perf_counter()
             try:
                 resp = await call(c, r)
-            except (
-                httpx.TimeoutException
-            ):  # the service may still be working on it: later levels see that load
+            except httpx.TimeoutException:  # the service may still work on it: later levels see that
                 failed["timeout"] = failed.get("timeout", 0) + 1
                 continue
             if resp.is_success:
