@@ -95,13 +95,10 @@ def gate_rows(questions, gate: GateModel, dense) -> tuple[dict, dict]:
     return gated, everything
 
 
-async def llm_rows(questions, picked: set, cfg, log_dir: Path) -> tuple[dict, dict]:
-    """The job's method's memory model (`method=lazymem`: its role, prompts and construct policy) on the
-    picked windows; a question's picked windows are in flight together."""
+async def llm_rows(questions, picked: set, method: LazyMem, cfg, log_dir: Path) -> tuple[dict, dict]:
+    """The memory model of `method` (its role, prompts and construct policy) on the picked windows; a
+    question's picked windows are in flight together."""
     out, outcomes = {}, {}
-    method = instantiate(cfg.method)
-    if not isinstance(method, LazyMem):
-        raise SystemExit(f"the LLM row is method=lazymem's memory model, not {type(method).__name__}")
     with LLMSet(cfg.llm, log_dir) as llms:
         proc = method.processor(Context(llms=llms))
         for q, history, _, windows in questions:
@@ -137,6 +134,9 @@ def main():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["+experiment=train_gate_cpu", "logger=none", *args.overrides])
     model = GateModel.load(args.gate)
+    method = instantiate(cfg.method)  # before the retrieval work: a wrong method fails at once
+    if not isinstance(method, LazyMem):
+        raise SystemExit(f"the LLM row is method=lazymem's memory model, not {type(method).__name__}")
     retriever = instantiate(cfg.retrieval)
     ds = load_dataset(cfg.data)
     dense = retriever.dense(cfg.gate.dense)
@@ -153,12 +153,12 @@ def main():
         rng.sample(sorted(set(gate) - has_gold), min(args.windows - len(picked), len(gate) - len(has_gold)))
     )
     with tempfile.TemporaryDirectory() as tmp:
-        llm, outcomes = asyncio.run(llm_rows(questions, picked, cfg, Path(tmp)))
+        llm, outcomes = asyncio.run(llm_rows(questions, picked, method, cfg, Path(tmp)))
 
     def on_sample(rows):
         return score([rows[key] for key in sorted(picked)], share)
 
-    memory = cfg.llm.roles[cfg.method.role].get("model") or cfg.llm.common.model
+    memory = cfg.llm.roles[method.role].get("model") or cfg.llm.common.model
     result = {
         "overrides": args.overrides,
         "w": int(cfg.gate.radius),
