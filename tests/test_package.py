@@ -45,9 +45,11 @@ def installed(tmp_path_factory):
     site = Path(
         sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp).stdout.strip()
     )
-    # A plain path line: .venv's packages become importable, but its .pth files (the editable lazymem
-    # finder among them) are not run.
-    (site / "dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Plain path lines: .venv's packages and those of the dependencies' environment it reads
+    # (scripts/setup_env.sh) become importable, but their .pth files (the editable lazymem finder among
+    # them) are not run.
+    dirs = [sysconfig.get_paths()["purelib"], *(p for p in sys.path if p.endswith("site-packages"))]
+    (site / "dev_venv.pth").write_text("".join(f"{d}\n" for d in dict.fromkeys(dirs)))
     pip = [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index"]
     sh(*pip, "--no-build-isolation", src, cwd=tmp)
     return venv, site

@@ -1,0 +1,35 @@
+# Sourced by scripts/setup_*.sh: environments and wheels are built once into a cache outside the checkout,
+# under a key of exactly what determines them, and reused by every checkout and CI run on the machine.
+# What is tested (the project itself) is never cached: each checkout installs it into its own thin .venv.
+#
+#   LAZYMEM_ENV_CACHE   where they live (default ~/.cache/lazymem/envs); point it at an empty folder to
+#                       measure a set-up from nothing.
+
+ENV_CACHE=${LAZYMEM_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lazymem/envs}
+mkdir -p "$ENV_CACHE"
+
+# The first 16 hex digits of the sha256 of standard input.
+key_of() { sha256sum | cut -c1-16; }
+
+# cached DIR BUILD_FUNCTION: run BUILD_FUNCTION DIR once, under a lock, unless DIR is already complete.
+# An interrupted build leaves no .complete marker and is started again from scratch. Of the entries that
+# share DIR's kind (the name before its last -KEY), the two used last are kept and older ones deleted
+# (an environment is a few GB).
+cached() {
+  local dir=$1 build=$2
+  exec 9>"$dir.lock"
+  flock 9
+  if [ ! -f "$dir/.complete" ]; then
+    rm -rf "$dir"
+    "$build" "$dir"
+    touch "$dir/.complete"
+  fi
+  touch "$dir/.used"
+  flock -u 9
+  exec 9>&-
+  local old
+  for old in $(ls -1dt "${dir%-*}"-*/.used 2>/dev/null | tail -n +3); do
+    old=${old%/.used}
+    [ "$old" != "$dir" ] && rm -rf "$old" "$old.lock"
+  done
+}
