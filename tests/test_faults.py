@@ -16,20 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, SMOLLM2, run_cli
 
 SMALL = [
     "task=evaluate",
     "method=oracle_turn",
-    "llm.common.model=bundled:smollm2-135m",
-    "llm.common.served_name=smollm2-135m",
+    *SMOLLM2,
     "llm.common.decoding.max_tokens=48",
     "llm.cache=false",
-    "data.loader.per_type=2",
+    "data.loader.per_type=1",
     "data.loader.abstention=1",
     "logger=none",
 ]
-QUESTIONS = 13
+QUESTIONS = 7
 
 
 def files(run_dir: Path) -> dict[str, bytes]:

@@ -126,5 +126,10 @@ def test_truncated_and_missing_files(tmp_path):
 
 def test_hub_failure_says_where_to_put_the_file(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import: a test that imported it earlier (through
+    # sentence-transformers) would otherwise send this one to the network until it times out
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="data.path="):
         longmemeval.load(None, hub_file="longmemeval_s_cleaned.json")

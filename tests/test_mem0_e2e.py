@@ -1,8 +1,10 @@
-"""method=mem0 end to end on CPU: the real mem0ai package, embedded Qdrant and llama.cpp server (SmolLM2-135M,
-where quality does not matter), every run with outbound connections refused and logged.
+"""method=mem0 end to end on CPU: the real mem0ai package and embedded Qdrant, every run with outbound
+connections refused and logged.
 
-Mem0's extraction prompt is ~8k tokens: the first call of each server start pays for all of it (later
-calls reuse the prefix), so the histories here are a few messages long.
+One run goes through a real llama.cpp server (SmolLM2-135M, where quality does not matter) over six
+messages: Mem0's extraction prompt is ~8k tokens, so each call costs seconds. The store's plumbing
+(reruns without ingestion calls, a build killed and redone) answers from the LLM stand-in
+(tests/standin.py), which extracts one memory per new message.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import pytest
 
 pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
 
+from standin import STANDIN_OVERRIDES, standin_env  # noqa: E402
 from test_mem0 import guarded_env  # noqa: E402
 
 from lazymem.methods.mem0_store import stored_memories  # noqa: E402
+
+from conftest import SMOLLM2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -31,15 +36,10 @@ from bench_mem0 import truncate_locomo  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "task=evaluate",
-    "method=mem0",
-    "logger=none",
-    "llm.common.model=bundled:smollm2-135m",
-    "llm.common.served_name=smollm2-135m",
+SMALL = ["task=evaluate", "method=mem0", "logger=none"]
+REAL = [
+    *SMOLLM2,
     "llm.common.llamacpp.n_ctx=10240",
-    # one thread: on a busy machine two spin-wait on each other (conf/llm/cpu.yaml)
-    "llm.common.llamacpp.n_threads=1",
     "llm.common.decoding.max_tokens=192",
     "llm.common.timeout_s=900",
 ]
@@ -52,20 +52,30 @@ SYNTHETIC = [
 ]
 
 
-def lazymem(tmp_path: Path, run: str, *overrides: str, cache: Path | None = None, wait: bool = True):
+def lazymem(
+    tmp_path: Path,
+    run: str,
+    *overrides: str,
+    cache: Path | None = None,
+    wait: bool = True,
+    standin: bool = True,
+):
     """`python -m lazymem.run` with the store (and the LLM cache, unless given) under tmp_path, the
-    network refused."""
+    network refused; the LLM stand-in answers unless `standin=False` (then SmolLM2 on llama.cpp)."""
     cmd = [
         sys.executable,
         "-m",
         "lazymem.run",
         *SMALL,
+        *(STANDIN_OVERRIDES if standin else REAL),
         f"method.store_dir={tmp_path / 'stores'}",
         f"llm.cache_path={cache or tmp_path / 'llm.sqlite'}",
         f"hydra.run.dir={tmp_path / run}",
         *overrides,
     ]
     env = guarded_env(tmp_path)
+    if standin:
+        env = standin_env(env)
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -86,6 +96,21 @@ def locomo_sample(tmp_path: Path, locomo_file: Path) -> list[str]:
     return ["data=locomo", f"data.path={data}", "data.loader.conversations=[0]"]
 
 
+def test_mem0_on_a_real_llama_cpp_server(tmp_path):
+    """Mem0's own extraction prompt through our memory role on SmolLM2: the smallest synthetic history
+    (3 sessions of 2 messages, one add each; later calls reuse the server's cache of the long prefix)."""
+    out = lazymem(tmp_path, "run", *SYNTHETIC, standin=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [rec] = records(tmp_path / "run")
+    assert rec["status"] == "ok" and rec["method"] == "mem0"
+    ingest = rec["detail"]["ingest"]
+    assert ingest["built_now"] and ingest["adds"] == 3 and ingest["llm_calls"] == 3
+    assert ingest["llm_prompt_tokens"] > 3000  # Mem0's extraction prompt reached the server
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["llm"]["memory"]["calls"] == 3 and summary["llm"]["memory"]["errors"] == 0
+    assert not (tmp_path / "network.log").exists()
+
+
 def test_synthetic_run_then_rerun_without_ingestion_calls(tmp_path):
     out = lazymem(tmp_path, "run", *SYNTHETIC)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -93,6 +118,7 @@ def test_synthetic_run_then_rerun_without_ingestion_calls(tmp_path):
     assert rec["status"] == "ok" and rec["method"] == "mem0"
     ingest = rec["detail"]["ingest"]
     assert ingest["built_now"] and ingest["adds"] == 3 and ingest["llm_calls"] == 3
+    assert ingest["memories"] > 0  # the stand-in's extractions were stored
     [store] = finished(tmp_path / "stores")
     assert json.loads((store / "ledger.json").read_text())["owners"] == ["user"]
     assert "| mem0 |" in (tmp_path / "run" / "results.md").read_text()
@@ -116,15 +142,15 @@ def cached_calls(cache: Path) -> int:
 
 def test_locomo_kill_during_ingestion_then_rerun_gives_the_clean_store(tmp_path, locomo_file):
     data = locomo_sample(tmp_path, locomo_file)
-    # 1. killed mid-ingestion, after its first Mem0 call reached the LLM cache
-    proc = lazymem(tmp_path, "killed", *data, wait=False)
+    # 1. killed mid-ingestion, after its first Mem0 call reached the LLM cache (each reply takes 2 s)
+    proc = lazymem(tmp_path, "killed", *data, "llm.common.standin.delay_s=2", wait=False)
     try:
-        deadline = time.time() + 1500
+        deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
             building = list((tmp_path / "stores").glob(".building-*"))
             if building and cached_calls(tmp_path / "llm.sqlite") >= 1:
                 break
-            time.sleep(1)
+            time.sleep(0.2)
         assert proc.poll() is None, "the run ended before it could be killed"
     finally:  # never leave the run going when the test stops early
         if proc.poll() is None:

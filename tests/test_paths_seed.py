@@ -76,12 +76,16 @@ def test_a_run_records_its_seed_and_the_data_changes_with_it(tmp_path):
 
 def test_paths_cache_places_every_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path / "env"))
+    monkeypatch.delenv("LAZYMEM_MODEL_CACHE", raising=False)  # the tests' shared model cache
     assert root().paths.cache == str(tmp_path / "env")
     cfg = root(f"paths.cache={tmp_path}/c")
     c = f"{tmp_path}/c"
     assert cfg.llm.cache_path == f"{c}/llm.sqlite" and cfg.llm.model_cache_dir == f"{c}/models"
     assert cfg.retrieval.retrievers.dense.cache.dir == f"{c}/embeddings"
     assert cfg.cache.dir == c
+    monkeypatch.setenv("LAZYMEM_MODEL_CACHE", str(tmp_path / "models"))  # the bundled models elsewhere
+    cfg = root(f"paths.cache={tmp_path}/c")
+    assert cfg.llm.model_cache_dir == str(tmp_path / "models") and cfg.llm.cache_path == f"{c}/llm.sqlite"
 
 
 def test_no_config_spells_the_cache_folder_but_the_paths_group():

@@ -105,7 +105,12 @@ def test_perturbation_on_cpu_and_table12(tmp_path):
     run_dir = tmp_path / "run"
     env = {"LAZYMEM_CACHE": str(tmp_path / "cache")}
     out = run_cli(
-        "+experiment=perturbation_cpu", "data.limit=1", f"hydra.run.dir={run_dir}", env=env, timeout=900
+        "+experiment=perturbation_cpu",
+        "data.limit=1",
+        f"hydra.run.dir={run_dir}",
+        env=env,
+        timeout=900,
+        standin=True,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]

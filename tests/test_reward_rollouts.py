@@ -43,7 +43,9 @@ def test_without_an_sft_checkpoint_it_stops_before_starting(tmp_path):
 def test_rollouts_and_diagnostic_on_cpu_then_table11(tmp_path):
     run_dir = tmp_path / "run"
     env = {"LAZYMEM_CACHE": str(tmp_path / "cache")}
-    out = run_cli("+experiment=reward_rollouts_cpu", f"hydra.run.dir={run_dir}", env=env, timeout=900)
+    out = run_cli(
+        "+experiment=reward_rollouts_cpu", f"hydra.run.dir={run_dir}", env=env, timeout=900, standin=True
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rollouts = load_jsonl(run_dir / "rollouts.jsonl")
     assert len(rollouts) == 4  # 2 prompts x 2 samples

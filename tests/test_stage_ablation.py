@@ -58,7 +58,8 @@ def test_stage_sweep_on_cpu_and_table3(tmp_path):
         "w=0",
         f"hydra.sweep.dir={sweep}",
         env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
-        timeout=1200,
+        timeout=900,
+        standin=True,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     served = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
+from standin import STANDIN_SEARCHPATH
 from test_llm_roles import llm_conf
 
 from lazymem.data.synthetic import load as synthetic
@@ -77,11 +77,11 @@ def test_the_judge_sees_the_rows_chain(monkeypatch):
     assert payload["referenced_reasoning_chain"] == "1. moved to Lyon"
 
 
-@pytest.mark.slow
-def test_the_bundled_teacher_writes_chains_through_the_cache(tmp_path):
+def test_the_teacher_writes_chains_through_the_cache(tmp_path):
+    """The teacher role on the LLM stand-in (tests/standin.py): chains written, then read from the cache."""
     ds = synthetic()
     questions = [q for q in ds.questions if q.gold_idx][:2]
-    cfg = llm_conf("cpu", f"llm.cache_path={tmp_path}/llm.sqlite", "llm.common.decoding.max_tokens=64")
+    cfg = llm_conf("standin", STANDIN_SEARCHPATH, f"llm.cache_path={tmp_path}/llm.sqlite")
     with build_llms(cfg, tmp_path / "servers") as llms:
         teacher = llms["teacher"]
         chains, counts = asyncio.run(reasoning_chains(teacher, ds, questions, SYSTEM, USER))
