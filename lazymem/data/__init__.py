@@ -21,11 +21,28 @@ def load_dataset(data: DictConfig) -> Dataset:
     # Called directly rather than through hydra's instantiate, which would wrap a DataError.
     options = OmegaConf.to_container(data.loader, resolve=True)
     ds = get_method(options.pop("_target_"))(**options)
-    if data.get("split"):
+    if data.get("split") and data.get("test_only"):
+        ds = whole_as_test(ds, data.split)
+    elif data.get("split"):
         ds = select_split(ds, data.split, data.get("split_file"), data.split_fractions, data.split_seed)
     if data.get("limit") is not None:
         ds = ds.subset([q.id for q in ds.questions[: int(data.limit)]])
         ds.source["limit"] = int(data.limit)
+    return ds
+
+
+def whole_as_test(ds: Dataset, name: str) -> Dataset:
+    """A benchmark that is never trained on (LoCoMo): every selected question is a test question, so
+    `split: test` (what the paper's experiments ask of any benchmark) keeps them all; train/val do not
+    exist."""
+    if name != "test":
+        raise DataError(
+            "<data.split>",
+            None,
+            "split",
+            f"{ds.name} has no '{name}' split: it is evaluation only (split=test)",
+        )
+    ds.source.update(split="test", split_file=None)
     return ds
 
 
