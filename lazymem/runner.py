@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from lazymem import interrupt, tracking
 from lazymem.data.schema import DataError
 from lazymem.eval.records import status_counts
+from lazymem.llm.client import ProviderRefused
 from lazymem.llm.servers import ServerDied, ServerStartError
 from lazymem.rundir import (
     RunDirError,
@@ -78,7 +79,7 @@ def _fail(message: str) -> None:
 
 QUIET = ("httpx", "httpx2", "httpcore", "openai", "bm25s", "sentence_transformers", "urllib3", "filelock")
 # a clear stop with one message (no traceback): bad input, bad config, a model server that will not serve
-CLEAR_STOPS = (DataError, ConfigError, ServerStartError, ServerDied)
+CLEAR_STOPS = (DataError, ConfigError, ServerStartError, ServerDied, ProviderRefused)
 
 
 def _task(name: str):

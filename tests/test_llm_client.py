@@ -10,9 +10,18 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from standin import StandinServer
 
+from lazymem.llm.backends import get_dialect
 from lazymem.llm.cache import LLMCache
-from lazymem.llm.client import ClientConfig, Decoding, LLMClient, MissingApiKey, json_schema_format
+from lazymem.llm.client import (
+    ClientConfig,
+    Decoding,
+    LLMClient,
+    MissingApiKey,
+    ProviderRefused,
+    json_schema_format,
+)
 from lazymem.llm.completion import Completion, split_thinking
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -338,3 +347,29 @@ def test_client_survives_a_new_event_loop(api):
     c = client(srv.url)
     assert run(c.chat(MSGS)).text == "r0"
     assert run(c.chat([{"role": "user", "content": "again"}])).text == "r1"
+
+
+SCHEMA = json_schema_format({"type": "array", "items": {"type": "string"}, "minItems": 1})
+
+
+def test_dialects_send_the_response_formats_their_provider_accepts():
+    assert get_dialect("openai").response_format(SCHEMA) == SCHEMA
+    assert get_dialect("deepseek").response_format(SCHEMA) == {"type": "json_object"}  # no json_schema
+    assert get_dialect("llamacpp").response_format(SCHEMA)["schema"] == SCHEMA["json_schema"]["schema"]
+    assert get_dialect("deepseek").formats == ("text", "json_object")
+
+
+@pytest.mark.parametrize("dialect", ["openai", "deepseek"])
+def test_a_provider_that_refuses_json_schema_stops_at_the_first_call(dialect):
+    """A DeepSeek-like endpoint answers json_schema with HTTP 400: with a dialect that sends it, the first
+    call raises (no retries, nothing counted as an answer); with the deepseek dialect the call succeeds."""
+    with StandinServer("deepseek-v4-flash", formats=("text", "json_object")) as server:
+        client = LLMClient(ClientConfig(server.base_url, "deepseek-v4-flash", dialect=dialect, max_retries=3))
+        messages = [{"role": "user", "content": "Reply in JSON."}]
+        if dialect == "openai":
+            with pytest.raises(ProviderRefused, match="refused response_format 'json_schema'.*dialect: deepseek"):
+                asyncio.run(client.chat(messages, response_format=SCHEMA))
+            assert client.counts["retries"] == 0
+        else:
+            done = asyncio.run(client.chat(messages, response_format=SCHEMA))
+            assert done.ok and json.loads(done.text) == {"memory": []}

@@ -15,6 +15,7 @@ from lazymem import interrupt
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
 from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label
+from lazymem.llm.client import ProviderRefused
 from lazymem.methods.base import Context, MemoryBlock, NotApplicable, query_time
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
@@ -140,6 +141,8 @@ async def evaluate_question(
         return record | {"status": "not_applicable", "error": str(e)}
     except StageError as e:
         return record | {"status": "error", "error": str(e)}
+    except ProviderRefused:
+        raise  # every question would fail the same way: the run stops with its message
     except Exception as e:  # a bug must not lose the rest of the run; the record keeps the trace
         return record | {
             "status": "error",

@@ -25,13 +25,23 @@ from lazymem.llm.servers import Endpoint, LlamaCppServer, VllmServer
 
 @dataclass(frozen=True)
 class Dialect:
-    """The OpenAI wording: ``json_schema`` response formats, no thinking budget."""
+    """The OpenAI wording: ``json_schema`` response formats, no thinking budget.
+
+    ``formats`` are the ``response_format`` types the provider accepts. A schema request to a provider
+    without ``json_schema`` is sent as ``json_object``: the caller's own check (the memory model's format
+    gate, the judge's parser) still validates the reply."""
 
     name: str = "openai"
+    formats: tuple[str, ...] = ("text", "json_object", "json_schema")
 
     def response_format(self, fmt: dict[str, Any]) -> dict[str, Any]:
         """The ``response_format`` this server understands for an OpenAI one."""
-        return fmt
+        kind = fmt.get("type")
+        if kind in self.formats:
+            return fmt
+        if kind == "json_schema" and "json_object" in self.formats:
+            return {"type": "json_object"}
+        raise ValueError(f"dialect {self.name!r} has no response_format {kind!r} (it sends {self.formats})")
 
     def thinking_budget(self, tokens: int) -> dict[str, Any]:
         """The extra-body fields that cap reasoning tokens; {} where the server has no such cap."""
@@ -47,11 +57,21 @@ class VllmDialect(Dialect):
 
 
 @dataclass(frozen=True)
+class DeepSeekDialect(Dialect):
+    """DeepSeek's API accepts ``response_format`` text and json_object only, and answers json_schema with
+    HTTP 400 (the paper's teacher and judge are DeepSeek models)."""
+
+    name: str = "deepseek"
+    formats: tuple[str, ...] = ("text", "json_object")
+
+
+@dataclass(frozen=True)
 class LlamaCppDialect(Dialect):
     """llama-cpp-python accepts only "text" / "json_object"; a schema rides along as "schema" and
     becomes a grammar."""
 
     name: str = "llamacpp"
+    formats: tuple[str, ...] = ("text", "json_object")
 
     def response_format(self, fmt: dict[str, Any]) -> dict[str, Any]:
         if fmt.get("type") == "json_schema":
@@ -59,7 +79,9 @@ class LlamaCppDialect(Dialect):
         return fmt
 
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (Dialect(), VllmDialect(), LlamaCppDialect())}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d for d in (Dialect(), VllmDialect(), LlamaCppDialect(), DeepSeekDialect())
+}
 
 
 def get_dialect(dialect: str | Dialect) -> Dialect:
@@ -179,7 +201,8 @@ class VllmBackend(Backend):
 
 class EndpointBackend(Backend):
     """A server someone else runs (a hosted API, a vLLM started by hand) at ``base_url``, speaking
-    ``dialect`` (openai | vllm | llamacpp), with its key in the environment variable ``api_key_env``."""
+    ``dialect`` (openai | vllm | llamacpp | deepseek), with its key in the environment variable
+    ``api_key_env``."""
 
     name = "endpoint"
     needs_model = False

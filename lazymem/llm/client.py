@@ -48,6 +48,11 @@ class MissingApiKey(RuntimeError):
     """The environment variable named by ``api_key_env`` is not set."""
 
 
+class ProviderRefused(RuntimeError):
+    """The provider rejected a request for a capability it lacks (a ``response_format`` type): every call
+    would fail the same way, so the run stops at the first instead of failing each item in silence."""
+
+
 class MalformedResponse(ValueError):
     """The server answered 2xx but not with a usable chat completion."""
 
@@ -236,6 +241,9 @@ class LLMClient:
                     done = Completion(*_parse(resp), time.monotonic() - start, attempt)
                 except asyncio.CancelledError:
                     raise
+                except openai.BadRequestError as e:
+                    self._refused(body, e)
+                    error, retryable, retry_after = _classify(e, cfg.timeout_s)
                 except (openai.OpenAIError, TimeoutError, ValueError) as e:
                     error, retryable, retry_after = _classify(e, cfg.timeout_s)
                 else:
@@ -257,6 +265,20 @@ class LLMClient:
             )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _refused(self, body: dict[str, Any], e: openai.BadRequestError) -> None:
+        """Raise ProviderRefused when an HTTP 400 names the response_format this request sent."""
+        text = e.response.text if e.response is not None else str(e)
+        if "response_format" not in body or "response_format" not in (text or ""):
+            return
+        cfg = self.cfg
+        raise ProviderRefused(
+            f"{cfg.served_name} at {cfg.base_url} refused response_format "
+            f"{body['response_format'].get('type')!r} (HTTP 400: {(text or '')[:200]}). The role's dialect "
+            f"{cfg.dialect.name!r} sends {', '.join(cfg.dialect.formats)}: set the role's dialect to one its "
+            "provider accepts (dialect: deepseek for DeepSeek's API, which takes text and json_object only), "
+            "or structured: false"
+        ) from None
 
     def _revive(self, error: str) -> tuple[str, bool]:
         """A connection error may mean the managed server died: restart it (in this thread, so it keeps
