@@ -244,9 +244,35 @@ def _server_flags(python: str) -> str:
     return out.stdout
 
 
+def cpu_features() -> list[str]:
+    """The instruction-set flags of this CPU that llama.cpp builds differ in (Linux /proc/cpuinfo)."""
+    wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return [f for f in wanted if f in flags]
+
+
+def llama_build_info(python: str = sys.executable) -> str:
+    """What the installed llama.cpp library was compiled with (its own system-info line)."""
+    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 class LlamaCppServer(ManagedServer):
     """``python -m llama_cpp.server`` on a GGUF file. It serves one request at a time unless the
-    installed version has a parallel-slots flag (0.3.36 has none: requests queue behind a lock)."""
+    installed version has a parallel-slots flag (0.3.36 has none: requests queue behind a lock).
+
+    It counts as ready only after one real one-token completion: a runtime built for another CPU lists its
+    model, then dies on its first token (a -march=native build with AMX segfaulted so on another Xeon)."""
 
     kind = "llamacpp"
 
@@ -278,6 +304,39 @@ class LlamaCppServer(ManagedServer):
             else:
                 log.warning("this llama_cpp.server has no parallel slots; parallel=%d ignored", parallel)
         super().__init__(cmd + list(extra_args or []), served_name, log_dir, **kw)
+        self.python = python
+
+    def _wait_healthy(self) -> None:
+        super()._wait_healthy()
+        body = {"model": self.served_name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        request = urllib.request.Request(
+            self.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with _NO_PROXY.open(request, timeout=self.startup_timeout_s) as r:
+                r.read()
+            return
+        except OSError as e:
+            error = e
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            raise ServerStartError(
+                f"llamacpp server for {self.served_name!r} failed its first completion ({error}); "
+                f"log {self.log_path}:\n{log_tail(self.log_path)}"
+            ) from None
+        signal_name = f", {signal.Signals(-code).name}" if -code in set(signal.Signals) else ""
+        raise ServerStartError(
+            f"llamacpp server for {self.served_name!r} died (exit code {code}{signal_name}) on its first "
+            "completion: this llama.cpp build does not run on this CPU.\n"
+            f"  its build: {llama_build_info(self.python)}\n"
+            f"  this CPU: {' '.join(cpu_features()) or 'unknown'}\n"
+            "Rebuild it for a baseline this CPU has: LLAMA_CPU=avx2 make setup (docs/development.md); "
+            f"`make doctor` checks the runtime. Log {self.log_path}:\n{log_tail(self.log_path)}"
+        )
 
 
 class VllmServer(ManagedServer):
