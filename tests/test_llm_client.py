@@ -367,7 +367,8 @@ def test_a_provider_that_refuses_json_schema_stops_at_the_first_call(dialect):
         client = LLMClient(ClientConfig(server.base_url, "deepseek-v4-flash", dialect=dialect, max_retries=3))
         messages = [{"role": "user", "content": "Reply in JSON."}]
         if dialect == "openai":
-            with pytest.raises(ProviderRefused, match="refused response_format 'json_schema'.*dialect: deepseek"):
+            refused = "refused response_format 'json_schema'.*dialect: deepseek"
+            with pytest.raises(ProviderRefused, match=refused):
                 asyncio.run(client.chat(messages, response_format=SCHEMA))
             assert client.counts["retries"] == 0
         else:
