@@ -55,7 +55,7 @@ if [ -n "$llama_req" ]; then
   echo "llama.cpp: llama-cpp-python $llama_version, CMAKE_ARGS=$(cat "$wheels/CMAKE_ARGS") ($wheels)"
 fi
 
-key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; cat scripts/setup_env.sh; } | key_of)
+key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_env.sh; } | key_of)
 DEPS="$ENV_CACHE/core-$key"
 build_deps() {
   echo "building the dependencies' environment $1 (minutes, once per machine)"

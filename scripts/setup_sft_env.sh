@@ -48,7 +48,7 @@ PYEOF
   "$1/bin/llamafactory-cli" version >/dev/null
 }
 
-key=$( { echo "torch==$TORCH llamafactory==$LLAMAFACTORY"; "$PY" -V; cat scripts/setup_sft_env.sh; } | key_of)
+key=$( { echo "torch==$TORCH llamafactory==$LLAMAFACTORY"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_sft_env.sh; } | key_of)
 SFT="$ENV_CACHE/sft-$key"
 cached "$SFT" build_sft
 if [ "$(readlink "$VENV" 2>/dev/null)" != "$SFT" ]; then

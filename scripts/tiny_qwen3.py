@@ -1,8 +1,10 @@
 """Write a tiny, randomly initialised Qwen3 model and a small byte-level BPE tokenizer to a directory.
 
 For smoke-testing the SFT environment end to end on a CPU (`task=train_sft` with
-`+train.sft.overrides.model_name_or_path=<dir>`): it has Qwen3's architecture and chat special tokens, but
-its weights and vocabulary are meaningless. Run it with the SFT environment's Python:
+`+train.sft.overrides.model_name_or_path=<dir>`) and for serving through vLLM on a CPU (`--hidden 256` or
+more: vLLM's CPU attention needs a head dimension of at least 64): it has Qwen3's architecture, chat special
+tokens and a chat template, but its weights and vocabulary are meaningless. Run it with the SFT environment's
+Python:
 
     .venv-sft/bin/python scripts/tiny_qwen3.py /tmp/tiny-qwen3
 """
@@ -17,6 +19,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+# A chat template of our own with Qwen3's turn markers and thinking tags, so an OpenAI-compatible server
+# (vLLM) can format chats for the tiny model: each message as <|im_start|>role ... <|im_end|>, then the
+# assistant's turn; with enable_thinking=false an empty think block is prefilled, as Qwen3's own does.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
 
 
 def tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -31,12 +42,14 @@ def tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
     corpus = [string.printable, '[{"op": "KEEP", "compressed_content": "", "reason": ""}]'] * 4
     tok.train_from_iterator(corpus, trainer)
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL[1:],
     )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
 
 
 def main() -> None:

