@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from lazymem.conf import CONF_DIR
 from lazymem.construct.processor import FALLBACKS
 from lazymem.llm.backends import get_backend
-from lazymem.llm.client import Decoding
+from lazymem.llm.client import CONTEXT_POLICIES, Decoding
 from lazymem.llm.roles import merge, to_dict
 from lazymem.retrieval.bm25 import BACKENDS as BM25_BACKENDS
 
@@ -121,6 +121,9 @@ def _llm(cfg: DictConfig, found: list[str]) -> None:
                 _number(found, f"{key}.{name}", rc[name], lo)
         if "timeout_s" in rc:
             _number(found, f"{key}.timeout_s", rc["timeout_s"], 0.001, integer=False)
+        if "context_policy" in rc:
+            _one_of(found, f"{key}.context_policy", rc["context_policy"], CONTEXT_POLICIES)
+        _number(found, f"{key}.context_tokens", rc.get("context_tokens"), 1, nullable=True)
         decoding = rc.get("decoding") or {}
         unknown = sorted(set(decoding) - decoding_keys)
         if unknown:

@@ -374,3 +374,29 @@ def test_a_provider_that_refuses_json_schema_stops_at_the_first_call(dialect):
         else:
             done = asyncio.run(client.chat(messages, response_format=SCHEMA))
             assert done.ok and json.loads(done.text) == {"memory": []}
+
+
+LONG = [{"role": "user", "content": "word " * 300}]  # about 300 tokens
+
+
+@pytest.mark.parametrize("policy", ["clamp", "error"])
+def test_a_request_longer_than_the_context_is_clamped_or_a_named_error(policy):
+    with StandinServer("m") as server:
+        cfg = ClientConfig(server.base_url, "m", context_tokens=400, context_policy=policy)
+        client = LLMClient(cfg)
+        body, _ = client.request(LONG, Decoding(max_tokens=200), None, 0)
+        found = client.fit_context(body)
+        if policy == "clamp":
+            assert found is None and 32 <= body["max_tokens"] < 100  # what the context leaves
+        else:
+            assert found.startswith("context exceeded: a prompt of about") and body["max_tokens"] == 200
+            done = asyncio.run(client.chat(LONG, max_tokens=200))  # no call is made
+            assert done.error == found and done.attempts == 0 and client.counts["errors"] == 1
+        # a prompt that leaves almost nothing is an error under either policy; one that fits is untouched
+        tight = LLMClient(ClientConfig(server.base_url, "m", context_tokens=340, context_policy=policy))
+        assert tight.fit_context(tight.request(LONG, Decoding(max_tokens=200), None, 0)[0])
+        roomy = LLMClient(ClientConfig(server.base_url, "m", context_tokens=4096, context_policy=policy))
+        body, _ = roomy.request(LONG, Decoding(max_tokens=200), None, 0)
+        assert roomy.fit_context(body) is None and body["max_tokens"] == 200
+    with pytest.raises(ValueError, match="context_policy = 'cut'"):
+        ClientConfig("http://x", "m", context_policy="cut")

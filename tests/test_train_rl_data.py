@@ -57,6 +57,14 @@ def test_pair_pool_takes_every_gold_window_once_and_as_many_others():
     assert len(short) == 4 and info["short_of_nongold"]
 
 
+def test_windows_longer_than_verls_prompt_limit_are_left_out():
+    short, long = item(0, True), item(1, False)
+    long = WindowItem(long.question, long.window, [{"role": "user", "content": "word " * 500}], long.gold, ())
+    kept, dropped = rl_data.fit_prompts([short, long], max_prompt_length=300)
+    assert kept == [short] and dropped == 1
+    assert rl_data.fit_prompts([short, long], max_prompt_length=8192) == ([short, long], 0)
+
+
 def test_rows_are_verl_rows():
     rows = rl_data.rows(
         [item(0, True), item(1, False)], "train", {"q0": "t0", "q1": "t1"}, {"q0": "1. because"}
@@ -90,7 +98,7 @@ def test_build_rl_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads((tmp_path / "rl_stats.json").read_text())
     train = pq.read_table(tmp_path / "train.parquet").to_pylist()
-    assert len(train) == stats["train"]["rows"] == 20
+    assert len(train) == stats["train"]["rows"] == 20 and stats["train"]["too_long"] == 0
     gold = [any(read_ground_truth(r["reward_model"]["ground_truth"]).gold) for r in train]
     assert sum(gold) == 10 and all(r["extra_info"]["split"] == "train" for r in train)
     assert sum(r["extra_info"]["gold_bearing"] for r in train) == 10

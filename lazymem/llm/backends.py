@@ -158,6 +158,10 @@ class Backend:
     def api_key_env(self) -> str | None:
         return None  # local servers accept any key
 
+    def context_tokens(self) -> int | None:
+        """The server's context window in tokens, for the client's context policy (None: unknown)."""
+        return self.rc.get("context_tokens")
+
     def problems(self, where: str, model_key: str | None = None) -> list[str]:
         """What is missing before this role can start (``where`` is its config key, ``model_key`` the
         override that sets its model); [] when nothing is."""
@@ -178,6 +182,9 @@ class LlamaCppBackend(Backend):
             resolve_model(self.model, model_cache_dir), self.served_name, log_dir, **self.options
         )
 
+    def context_tokens(self) -> int | None:
+        return self.options.get("n_ctx", 4096)  # LlamaCppServer's default
+
 
 class VllmBackend(Backend):
     """vLLM's OpenAI-compatible server on a local model directory, from vLLM's own environment: on GPUs,
@@ -192,6 +199,9 @@ class VllmBackend(Backend):
 
     def server(self, log_dir: Path, model_cache_dir: Path | None) -> VllmServer:
         return VllmServer(self.model, self.served_name, log_dir, **self.options)
+
+    def context_tokens(self) -> int | None:
+        return self.options.get("max_model_len")  # None: the model's own length, unknown here
 
     def problems(self, where: str, model_key: str | None = None) -> list[str]:
         found = super().problems(where, model_key)

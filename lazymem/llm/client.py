@@ -22,10 +22,13 @@ from lazymem.llm.backends import Dialect, get_dialect
 from lazymem.llm.cache import LLMCache, cache_key
 from lazymem.llm.completion import Completion
 from lazymem.llm.servers import ServerDied
+from lazymem.tokens import chat_tokens
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429}
+CONTEXT_POLICIES = ("clamp", "error")
+MIN_OUTPUT_TOKENS = 32  # a request left fewer output tokens than this fails before the call
 
 
 # Requests in flight per endpoint, shared by every client of the process that calls it from the same event
@@ -80,11 +83,18 @@ class ClientConfig:
     backoff_base_s: float = 1.0  # first retry waits about this long, doubling after each failure
     backoff_cap_s: float = 30.0
     structured: bool = True  # False: response_format arguments are ignored (free-text decoding)
+    # the server's context window in tokens (None: unknown, nothing checked), and what happens to a request
+    # whose prompt plus max_tokens would not fit: clamp (max_tokens cut to what is left) or error (a named
+    # error before any call); either way a prompt that leaves fewer than MIN_OUTPUT_TOKENS is an error
+    context_tokens: int | None = None
+    context_policy: str = "clamp"
     decoding: Decoding = field(default_factory=Decoding)
     extra_body: dict[str, Any] = field(default_factory=dict)  # sent verbatim with every request
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dialect", get_dialect(self.dialect))  # a name becomes its object
+        if self.context_policy not in CONTEXT_POLICIES:
+            raise ValueError(f"context_policy = {self.context_policy!r}: allowed values are clamp, error")
 
 
 def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str, Any]:
@@ -209,8 +219,12 @@ class LLMClient:
         """One chat completion. ``decoding`` overrides fields of the configured :class:`Decoding`."""
         dec = replace(self.cfg.decoding, **decoding)
         body, extra = self.request(messages, dec, response_format, sample)
-        key = self.key(body, extra, prompt_version, sample)
         self.counts["calls"] += 1
+        too_long = self.fit_context(body)
+        if too_long:
+            self.counts["errors"] += 1
+            return Completion("", None, None, 0, 0, 0.0, 0, error=too_long)
+        key = self.key(body, extra, prompt_version, sample)
         if self.cache is not None:
             hit = await asyncio.to_thread(self.cache.get, key)
             if hit is not None:
@@ -265,6 +279,26 @@ class LLMClient:
             )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    def fit_context(self, body: dict[str, Any]) -> str | None:
+        """Apply the context policy to a request body (clamp may lower its max_tokens); the error of a
+        request that cannot fit, or None."""
+        ctx = self.cfg.context_tokens
+        if not ctx:
+            return None
+        used = chat_tokens(body["messages"])
+        wanted = body.get("max_tokens") or MIN_OUTPUT_TOKENS
+        left = ctx - used
+        if used + wanted <= ctx:
+            return None
+        problem = (
+            f"context exceeded: a prompt of about {used} tokens plus max_tokens {wanted} does not fit "
+            f"{self.cfg.served_name}'s {ctx}-token context"
+        )
+        if self.cfg.context_policy == "error" or left < MIN_OUTPUT_TOKENS:
+            return problem
+        body["max_tokens"] = left
+        return None
 
     def _refused(self, body: dict[str, Any], e: openai.BadRequestError) -> None:
         """Raise ProviderRefused when an HTTP 400 names the response_format this request sent."""

@@ -19,7 +19,15 @@ from lazymem.llm.backends import Backend, backend_class, get_backend
 from lazymem.llm.cache import LLMCache, canonical_json
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient
 
-_CLIENT_KEYS = ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_cap_s", "structured")
+_CLIENT_KEYS = (
+    "concurrency",
+    "timeout_s",
+    "max_retries",
+    "backoff_base_s",
+    "backoff_cap_s",
+    "structured",
+    "context_policy",
+)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -165,6 +173,7 @@ def build_client(rc: dict[str, Any], registry: ServerRegistry, cache: LLMCache |
         dialect=backend.dialect,
         decoding=Decoding(**(rc.get("decoding") or {})),
         extra_body=rc.get("extra_body") or {},
+        context_tokens=backend.context_tokens(),
         **{k: rc[k] for k in _CLIENT_KEYS if rc.get(k) is not None},
     )
     return LLMClient(cc, cache=cache, server=server)

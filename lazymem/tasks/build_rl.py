@@ -75,7 +75,10 @@ def run(cfg, run) -> dict:
     with build_llms(cfg.llm, run.dir / "servers") as llms:  # a server starts only if a chain is asked for
         for name in ("train", "val"):
             ds, pool, times = split_windows(cfg, name, retriever, processor, opts, run)
-            stats[name] = {"pool": rl_data.pool_stats(pool)}
+            pool, too_long = rl_data.fit_prompts(pool, int(cfg.train.grpo.max_prompt_length))
+            stats[name] = {"pool": rl_data.pool_stats(pool), "too_long": too_long}
+            if too_long:
+                log.warning("%s: %d windows longer than max_prompt_length left out", name, too_long)
             if name == "train":
                 pool, info = rl_data.balance_pool(pool, int(opts.size), int(opts.seed))
             else:

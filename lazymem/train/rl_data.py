@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from lazymem.tokens import chat_tokens
 from lazymem.train.rl_rows import rl_row
 from lazymem.train.sft_data import WindowItem
 
@@ -61,6 +62,13 @@ def pair_pool(pool: Sequence[WindowItem], seed: int) -> tuple[list[WindowItem], 
         "no_gold_windows": not gold,
     }
     return out, info
+
+
+def fit_prompts(pool: Sequence[WindowItem], max_prompt_length: int) -> tuple[list[WindowItem], int]:
+    """The windows whose prompt fits VERL's `data.max_prompt_length` (an upper token estimate), and how
+    many did not: VERL stops on a longer prompt instead of skipping it."""
+    kept = [it for it in pool if chat_tokens(it.chat) <= max_prompt_length]
+    return kept, len(pool) - len(kept)
 
 
 def pool_stats(pool: Sequence[WindowItem]) -> dict:
