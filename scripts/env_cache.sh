@@ -11,6 +11,16 @@ mkdir -p "$ENV_CACHE"
 # The first 16 hex digits of the sha256 of standard input.
 key_of() { sha256sum | cut -c1-16; }
 
+# torch_venv DIR: a venv at DIR (Python $PY) with pip upgraded and the CPU torch $TORCH installed FIRST,
+# then pinned for every later install through DIR/torch-constraint.txt: a package that asks for torch would
+# otherwise make pip resolve a multi-GB CUDA build. Elsewhere set TORCH_INDEX (e.g. PyTorch's CPU index).
+torch_venv() {
+  "$PY" -m venv "$1"
+  "$1/bin/python" -m pip install -q --upgrade "pip>=24" wheel
+  "$1/bin/python" -m pip install -q "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
+  echo "torch==$TORCH" > "$1/torch-constraint.txt"
+}
+
 # cached DIR BUILD_FUNCTION: run BUILD_FUNCTION DIR once, under a lock, unless DIR is already complete.
 # An interrupted build leaves no .complete marker and is started again from scratch. Of the entries that
 # share DIR's kind (the name before its last -KEY), the two used last are kept and older ones deleted

@@ -55,16 +55,14 @@ if [ -n "$llama_req" ]; then
   echo "llama.cpp: llama-cpp-python $llama_version, CMAKE_ARGS=$(cat "$wheels/CMAKE_ARGS") ($wheels)"
 fi
 
-key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_env.sh; } | key_of)
+key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_env.sh; } | key_of)
 DEPS="$ENV_CACHE/core-$key"
 build_deps() {
   echo "building the dependencies' environment $1 (minutes, once per machine)"
-  "$PY" -m venv "$1"
-  local pip=("$1/bin/python" -m pip install -q)
-  "${pip[@]}" --upgrade "pip>=24" wheel "setuptools>=69"
-  # PyTorch CPU wheel. Elsewhere set TORCH_INDEX=https://download.pytorch.org/whl/cpu to avoid a CUDA build.
-  "${pip[@]}" "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
-  "${pip[@]}" "${find_links[@]}" -r <(echo "$requirements")
+  torch_venv "$1"
+  # setuptools: .venv installs lazymem from the checkout without build isolation
+  "$1/bin/python" -m pip install -q -c "$1/torch-constraint.txt" "setuptools>=69" "${find_links[@]}" \
+    -r <(echo "$requirements")
 }
 cached "$DEPS" build_deps
 

