@@ -13,7 +13,14 @@ from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
 from lazymem.llm import backends
-from lazymem.llm.backends import AutoBackend, EndpointBackend, LlamaCppBackend, VllmBackend, get_backend
+from lazymem.llm.backends import (
+    AutoBackend,
+    EndpointBackend,
+    LlamaCppBackend,
+    VllmBackend,
+    get_backend,
+    vllm_problems,
+)
 from lazymem.llm.roles import LLMSet, ServerRegistry, role_config
 
 CONF = CONF_DIR
@@ -158,6 +165,10 @@ def test_backends_own_their_dialect_gpu_need_and_preflight_problems(tmp_path, mo
         f"w.model = {base['model']!r} is not a local model directory: download it and pass "
         "w.model=/path/to/model (or set it in conf/local/, see conf/local/README.md)"
     ]
+    cpu = get_backend({**base, "model": str(tmp_path), "backend": "vllm", "vllm": {"python": sys.executable}})
+    assert cpu.problems("w") == [  # the model is there, but this environment has no vLLM
+        f"w.vllm: {sys.executable} has vLLM none, not 0.32.x (make setup-vllm, or a GPU node's serving env)",
+    ]
     monkeypatch.delenv("NO_SUCH_KEY_ENV", raising=False)
     ep = get_backend(
         {"backend": "endpoint", "served_name": "m", "api_key_env": "NO_SUCH_KEY_ENV", "dialect": "llamacpp"}
@@ -197,3 +208,23 @@ def test_registry_reuses_servers_by_spec(tmp_path):
     assert len(reg) == 2
     reg.close()
     assert len(reg) == 0
+
+
+def fake_vllm_python(path, version: str, flags: str):
+    path.write_text(f"#!/bin/sh\necho {version}\necho 'usage: {flags}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_vllm_preflight_checks_the_pinned_series_and_every_flag(tmp_path):
+    cmd = ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--reasoning-config", "{}"]
+    python = fake_vllm_python(tmp_path / "a", "0.32.0", "--model MODEL --reasoning-parser P")
+    assert vllm_problems(python, cmd) == [
+        "vLLM 0.32.0 has no --reasoning-config (check the flags against its --help)"
+    ]
+    python = fake_vllm_python(tmp_path / "b", "0.32.1", "--model MODEL --reasoning-config C")
+    assert vllm_problems(python, cmd) == []
+    python = fake_vllm_python(tmp_path / "c", "0.24.0", "--model MODEL --reasoning-config C")
+    assert vllm_problems(python, cmd) == [
+        f"{python} has vLLM 0.24.0, not 0.32.x (make setup-vllm, or a GPU node's serving env)"
+    ]

@@ -13,8 +13,9 @@ import subprocess
 import pytest
 from test_llm_roles import llm_conf
 
+from lazymem.llm.backends import get_backend
 from lazymem.llm.client import json_schema_format
-from lazymem.llm.roles import build_llms
+from lazymem.llm.roles import build_llms, role_config
 
 from conftest import ROOT
 
@@ -46,6 +47,8 @@ def test_paper_roles_served_by_vllm_on_the_cpu(tiny_qwen3, tmp_path):
         "llm.common.decoding.thinking=false",
         "llm.cache=false",
     )
+    # preflight: the environment's vLLM is of the pinned series and has every flag the launch passes
+    assert get_backend(role_config(cfg, "memory")).problems("llm.roles.memory") == []
     schema = {"type": "array", "items": {"type": "string", "maxLength": 4}, "minItems": 1, "maxItems": 2}
     with build_llms(cfg, tmp_path / "servers") as llms:
         memory, answer = llms["memory"], llms["answer"]

