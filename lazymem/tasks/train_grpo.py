@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -41,13 +42,18 @@ def run(cfg, run) -> dict:
         ovr = overrides(g, reward)
     except ValueError as e:  # a missing input (data, SFT checkpoint) or an inconsistent batch
         raise SystemExit(f"error: {e}") from None
-    cmd = command(ovr)
+    cmd = command(ovr, g.get("python"))
     (run.dir / "overrides.txt").write_text("\n".join(ovr) + "\n", encoding="utf-8")
     (run.dir / "command.sh").write_text("#!/bin/sh\n" + shlex.join(cmd) + "\n", encoding="utf-8")
     result = {"overrides": len(ovr), "dry_run": bool(g["dry_run"]), "command": str(run.dir / "command.sh")}
     if g["dry_run"]:
         print(f"dry run: {len(ovr)} overrides -> {run.dir / 'command.sh'}")
         return result
+    if g.get("python") and not Path(g["python"]).expanduser().exists():
+        raise SystemExit(
+            f"error: train.grpo.python = {g['python']!r} does not exist: build the RL environment with "
+            "scripts/setup_gpu_env.sh on the GPU node, or point train.grpo.python at one"
+        )
     gpus, wanted = gpu_count(), int(g["n_gpus_per_node"])
     if int(g["nnodes"]) == 1 and gpus < wanted:  # VERL would wait for them forever
         raise SystemExit(

@@ -168,5 +168,6 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
     return out + [str(x) for x in g.get("extra_overrides") or []]
 
 
-def command(ovr: list[str]) -> list[str]:
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *ovr]
+def command(ovr: list[str], python: str | None = None) -> list[str]:
+    """VERL's entry point run by `python` (the RL environment's; None: this Python)."""
+    return [python or sys.executable, "-m", "verl.trainer.main_ppo", *ovr]
