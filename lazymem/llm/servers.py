@@ -402,7 +402,6 @@ class VllmServer(ManagedServer):
         if enable_prefix_caching:
             cmd += ["--enable-prefix-caching"]
         super().__init__(cmd + list(extra_args or []), served_name, log_dir, env=env, **kw)
-        self.python, self.device = python, device
 
 
 class Endpoint:
