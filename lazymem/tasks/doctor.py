@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 from lazymem.llm.backends import get_backend
 from lazymem.llm.models import resolve_model
 from lazymem.llm.roles import role_config
-from lazymem.llm.servers import LlamaCppServer, ServerStartError, cpu_features, llama_build_info
+from lazymem.llm.runtime import cpu_features, llama_build_info
+from lazymem.llm.servers import LlamaCppServer, ServerStartError
 
 # The distributions whose versions the report shows, per environment.
 CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "mem0ai")
