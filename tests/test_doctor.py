@@ -57,3 +57,14 @@ def test_lazymem_doctor_reports_every_part_and_makes_one_completion(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "doctor found problems; fixes:" in out.stderr
     assert "role answer: llm.roles.answer.base_url is not set" in out.stderr
+
+
+def test_a_cpu_without_avx2_is_a_failure_with_its_fix(monkeypatch):
+    from lazymem.tasks import doctor
+
+    monkeypatch.setattr(doctor, "cpu_features", lambda: ["avx", "fma", "f16c"])
+    monkeypatch.setattr(doctor, "llama_build_info", lambda: "CPU : AVX = 1 | AVX2 = 1 |")
+    cpu, build = doctor.cpu_and_runtime()
+    assert cpu.ok is False and "lacks AVX2" in cpu.fix and build.ok is True
+    monkeypatch.setattr(doctor, "cpu_features", lambda: [])  # no /proc/cpuinfo: information only
+    assert doctor.cpu_and_runtime()[0].ok is None

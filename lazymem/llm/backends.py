@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lazymem.llm.models import model_identity, resolve_model
-from lazymem.llm.servers import Endpoint, LlamaCppServer, VllmServer
+from lazymem.llm.servers import LLAMACPP_N_CTX, Endpoint, LlamaCppServer, VllmServer
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ class LlamaCppBackend(Backend):
         )
 
     def context_tokens(self) -> int | None:
-        return self.options.get("n_ctx", 4096)  # LlamaCppServer's default
+        return self.options.get("n_ctx", LLAMACPP_N_CTX)
 
 
 class VllmBackend(Backend):

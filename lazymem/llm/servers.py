@@ -245,6 +245,9 @@ def _server_flags(python: str) -> str:
     return out.stdout
 
 
+LLAMACPP_N_CTX = 4096  # llama.cpp's context window when the role config sets none
+
+
 class LlamaCppServer(ManagedServer):
     """``python -m llama_cpp.server`` on a GGUF file. It serves one request at a time unless the
     installed version has a parallel-slots flag (0.3.36 has none: requests queue behind a lock).
@@ -260,7 +263,7 @@ class LlamaCppServer(ManagedServer):
         served_name: str,
         log_dir: str | Path,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = LLAMACPP_N_CTX,
         n_threads: int | None = None,
         parallel: int = 1,
         chat_format: str | None = None,
