@@ -1,4 +1,5 @@
-"""Check, before any work starts, that a job has what it needs: GPU, model paths, data files, API keys.
+"""Check, before any work starts, that a job has what it needs: GPU, model paths, data files, API keys,
+and a GPU plan that fits the visible GPUs (lazymem.placement).
 
 Everything missing is collected and reported in one message, each item with how to provide it, so a
 misconfigured paper-scale job stops within seconds instead of failing an hour in.
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.roles import role_config
 from lazymem.methods.base import Method
+from lazymem.placement import gpu_inventory, plan_problems
 
 
 class PreflightError(SystemExit):
@@ -27,7 +29,8 @@ def roles_used(methods: list[Method]) -> list[str]:
 def problems(cfg, methods, benchmarks: dict) -> list[str]:
     found: list[str] = []
     gpu_needed_by: list[str] = []
-    for role in roles_used(methods):
+    roles = roles_used(methods)
+    for role in roles:
         rc = role_config(cfg.llm, role)
         where = f"llm.roles.{role}"
         backend = get_backend(rc)
@@ -65,6 +68,8 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
             + ", ".join(gpu_needed_by)
             + "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)",
         )
+    elif gpu_needed_by:
+        found += plan_problems(cfg, gpu_inventory(), roles)
     return found
 
 

@@ -103,7 +103,13 @@ def test_paper_4b_gives_the_memory_model_its_own_server(tmp_path, monkeypatch):
     mem, ans = llms["memory"], llms["answer"]
     assert mem.cfg.served_name == "lazymem-4b" and mem.cfg.base_url != ans.cfg.base_url
     specs = {c for c in reg.calls if c[0] == "vllm"}
-    assert sorted(reg.options[c]["gpu_memory_utilization"] for c in specs) == [0.25, 0.62]
+    assert sorted(reg.options[c]["gpu_memory_utilization"] for c in specs) == [0.25, 0.9]
+    # a GPU plan places the memory role where it puts the 4B model (llm.roles.memory_small)
+    placed = llm_conf("paper_4b", "placement=gpu2")
+    small, memory = role_config(placed, "memory_small")["vllm"], role_config(placed, "memory")["vllm"]
+    keys = ("gpus", "tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization")
+    assert [memory[k] for k in keys] == [small[k] for k in keys] == ["1", 1, 1, 0.5]
+    assert role_config(placed, "answer")["vllm"]["gpus"] == "0"
 
 
 def test_missing_api_key_fails_before_any_call(tmp_path, monkeypatch):

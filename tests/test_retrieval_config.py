@@ -24,7 +24,8 @@ RETRIEVAL_FILES = sorted(str(p.relative_to(CONF / "retrieval")) for p in (CONF /
 def compose_preset(name, *overrides):
     # No config_name: compose only the retrieval and paths groups, whatever conf/config.yaml holds.
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(overrides=[f"+retrieval={name}", "+paths=default", *overrides]).retrieval
+        extra = ["+placement=none"] if name == "paper_gpu" else []  # it reads the GPU plan's devices
+        return compose(overrides=[f"+retrieval={name}", "+paths=default", *extra, *overrides]).retrieval
 
 
 def flat(node, prefix=""):
@@ -211,6 +212,9 @@ def test_paper_gpu_names_the_papers_components_without_loading_them(cache_env, m
     encoder = retriever.retrievers["dense"].encoder
     assert isinstance(encoder, SentenceEncoder) and encoder._model is None
     assert isinstance(retriever.reranker, FlagReranker) and retriever.reranker._model is None
+    # a device list from the config reaches FlagEmbedding as a plain list (it refuses OmegaConf's ListConfig)
+    placed = instantiate(compose_preset("paper_gpu", "placement.reranker_devices=[cuda:1]")).reranker
+    assert type(placed.devices) is list and placed.devices == ["cuda:1"]
     assert isinstance(retriever.retrievers["bm25"], BM25Retriever)
     assert isinstance(retriever.retrievers["dense"].cache, EmbeddingCache)
 

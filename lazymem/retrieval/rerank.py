@@ -44,6 +44,9 @@ class FlagReranker:
     ):
         self.path, _ = resolve_model(model)
         self.use_fp16, self.batch_size, self.max_length = use_fp16, batch_size, max_length
+        # a list from a config arrives as OmegaConf's ListConfig, which FlagEmbedding refuses: a plain list
+        if devices is not None and not isinstance(devices, str | int):
+            devices = list(devices)
         self.normalize, self.devices, self.offline = normalize, devices, offline
         self.template = check_template(template)
         self._model = None
