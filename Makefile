@@ -5,7 +5,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-sft setup-vllm run test test-fast lint doctor
+.PHONY: setup setup-sft setup-vllm run rehearsal test test-fast lint doctor
 
 setup:
 	@bash scripts/setup_env.sh
@@ -19,6 +19,22 @@ setup-vllm:
 
 run: setup
 	$(PY) -m lazymem.run +experiment=quickstart $(ARGS)
+
+# Paper mode rehearsed on this CPU through real vLLM (+experiment=rehearsal_cpu, docs/rehearsal.md): tiny
+# random models written once under the model cache, then main_table's paper mode on them (a few minutes)
+TINY := $(or $(LAZYMEM_MODEL_CACHE),$(or $(LAZYMEM_CACHE),.cache)/models)/tiny
+
+$(TINY)/qwen3/config.json: | setup
+	$(PY) scripts/tiny_qwen3.py $(TINY)/qwen3 --hidden 256 --vocab 600
+
+$(TINY)/embedding/config.json: | setup
+	$(PY) scripts/tiny_qwen3.py $(TINY)/embedding --hidden 256 --vocab 600 --embedding
+
+$(TINY)/reranker/config.json: | setup
+	$(PY) scripts/tiny_reranker.py $(TINY)/reranker
+
+rehearsal: setup setup-vllm $(TINY)/qwen3/config.json $(TINY)/embedding/config.json $(TINY)/reranker/config.json
+	$(PY) -m lazymem.run +experiment=rehearsal_cpu $(ARGS)
 
 # Two tiers: the unit tests on two workers (pytest-xdist; 2.0 instead of 3.5 minutes on 2 cores), then the
 # end-to-end tests one at a time (a model server uses both cores). JUNIT=DIR writes DIR/{unit,e2e}.xml.

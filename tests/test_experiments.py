@@ -15,12 +15,15 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR as CONF
+from lazymem.llm.roles import role_config
 
 from test_main_table import METHODS
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-CPU = [e for e in EXPERIMENTS if e.endswith("_cpu") or e == "quickstart"]
-PAPER = [e for e in EXPERIMENTS if e not in CPU]
+# paper mode on tiny models through vLLM's CPU build: neither a paper experiment nor a bundled-model one
+REHEARSALS = ["rehearsal_cpu"]
+CPU = [e for e in EXPERIMENTS if (e.endswith("_cpu") or e == "quickstart") and e not in REHEARSALS]
+PAPER = [e for e in EXPERIMENTS if e not in CPU and e not in REHEARSALS]
 # experiments whose job reads LongMemEval questions, and the split the paper uses for it
 SPLITS = {
     "main_table": ("benchmarks.longmemeval.split", "test"),
@@ -93,6 +96,33 @@ def test_cpu_experiments_compose_the_bundled_models(experiment):
     assert cfg.hydra.runtime.choices["llm"] == "cpu"
     assert cfg.llm.common.model.startswith("bundled:")
     assert cfg.hydra.runtime.choices["retrieval"] != "paper_gpu"
+
+
+def test_the_rehearsal_is_main_tables_paper_mode_with_models_data_and_sizes_changed():
+    cfg, paper = composed("rehearsal_cpu"), composed("main_table")
+    choices = cfg.hydra.runtime.choices
+    assert (choices["llm"], choices["construct"], choices["placement"]) == ("paper", "paper", "none")
+    assert set(cfg.methods) == METHODS and OmegaConf.to_container(cfg.methods, resolve=False) == (
+        OmegaConf.to_container(paper.methods, resolve=False)
+    )
+    assert cfg.benchmarks.locomo is None and cfg.benchmarks.longmemeval.name == "synthetic"
+    plain = resolved(cfg)
+    assert bundled_models(plain) == []
+    for role in ("answer", "memory", "memory_small"):
+        rc = role_config(plain["llm"], role)
+        assert rc["backend"] == "vllm" and rc["vllm"]["device"] == "cpu"
+        # the paper's server flags and decoding, except the sizes
+        for key in ("reasoning_parser", "reasoning_config", "enable_prefix_caching", "seed"):
+            assert rc["vllm"][key] == role_config(resolved(paper)["llm"], role)["vllm"][key], key
+        assert rc["decoding"]["thinking"] is True and rc["decoding"]["temperature"] == 0.6
+    port = role_config(plain["llm"], "answer")["vllm"]["port"]
+    for role, name in (("judge", "deepseek-v4-pro"), ("teacher", "deepseek-v4-flash")):
+        rc = role_config(plain["llm"], role)
+        assert (rc["backend"], rc["dialect"], rc["served_name"]) == ("endpoint", "deepseek", name)
+        assert rc["base_url"] == f"http://127.0.0.1:{port}/v1" and rc["api_key_env"] is None
+        assert name in role_config(plain["llm"], "answer")["vllm"]["served_names"]
+    assert role_config(plain["llm"], "memory_small")["vllm"]["port"] is None
+    assert plain["retrieval"]["reranker"]["_target_"] == paper.retrieval.reranker._target_
 
 
 def test_main_table_defines_the_papers_protocol():

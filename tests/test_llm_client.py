@@ -117,6 +117,24 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def test_stats_say_which_server_answered_without_credentials():
+    class Server:
+        kind = "vllm"
+
+    cfg = ClientConfig(base_url="http://user:secret@gpu-node:8000/v1", served_name="qwen3-32b", model_id="/m")
+    by = LLMClient(cfg, server=Server()).stats()["server"]
+    assert by == {
+        "kind": "vllm",
+        "base_url": "http://gpu-node:8000/v1",
+        "served_name": "qwen3-32b",
+        "model_id": "/m",
+        "dialect": "openai",
+    }
+    hosted = ClientConfig(base_url="https://api.deepseek.com/v1", served_name="d", dialect="deepseek")
+    assert LLMClient(hosted).stats()["server"]["kind"] == "endpoint"
+    assert "secret" not in json.dumps(LLMClient(cfg).stats())
+
+
 def test_success_records_text_usage_and_request(api):
     srv = api(lambda n, b: (200, reply("Paris", pt=11, ct=4), 0, {}))
     c = client(srv.url, decoding=Decoding(temperature=0.0, top_p=0.9, max_tokens=7, seed=5))

@@ -239,6 +239,10 @@ def test_vllm_command_line(tmp_path):
     cpu = VllmServer("m", "n", tmp_path, python="py", device="cpu", cpu_kvcache_gib=2, gpus="0")
     assert not any(c.startswith(("--tensor", "--data-parallel", "--gpu")) for c in cpu.command)
     assert cpu.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    # whole prompts only on the CPU build (its generators cannot rewind a split prompt's seeded sampling)
+    assert "--no-enable-chunked-prefill" in cpu.command and "--no-enable-chunked-prefill" not in cmd
+    cpu = VllmServer("m", "n", tmp_path, python="py", device="cpu", max_model_len=4096)
+    assert cpu.command[cpu.command.index("--max-num-batched-tokens") + 1] == "4096"
 
 
 def test_endpoint_has_no_process():

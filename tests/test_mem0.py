@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
 
+from lazymem.construct.processor import StageError  # noqa: E402
 from lazymem.data.schema import History, Message, Question  # noqa: E402
 from lazymem.llm.client import Decoding  # noqa: E402
 from lazymem.llm.completion import Completion  # noqa: E402
@@ -180,6 +181,16 @@ def test_a_failed_or_killed_build_never_looks_finished(tmp_path):
     (leftover / "qdrant").mkdir(parents=True)
     store, built, memories = build(h, sp, FakeLLM())
     assert built and memories == reference and not leftover.exists()
+
+
+def test_a_failed_llm_call_during_ingestion_is_a_named_stage_error(tmp_path):
+    method = Mem0(store_dir=str(tmp_path / "stores"), top_k=3)
+    ctx = Context(llms={"memory": FakeLLM(fail_on_call=2)})
+    ctx.dense = lambda name="dense": FakeDense()
+    q = Question("q1", "single-hop", "Which item?", "item 3", "h1")
+    with pytest.raises(StageError, match=r"mem0 ingestion stopped: Mem0's LLM call failed: HTTP 500: boom"):
+        asyncio.run(method.build(q, history(), ctx))
+    assert not list((tmp_path / "stores").glob("h1-*"))  # nothing half-built is kept
 
 
 def test_memory_block_lists_each_speakers_memories_with_their_source_messages(tmp_path):

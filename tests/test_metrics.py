@@ -108,10 +108,13 @@ def test_construction_and_evidence_against_gold():
 
 def test_results_render_every_method_and_stage():
     bench = {"dataset": "synthetic", "methods": {"m": summarize(RECORDS), "empty": summarize([])}}
-    md = render_results(bench, llm={"answer": {"calls": 7, "cache_hits": 2, "errors": 1}})
+    server = {"kind": "vllm", "served_name": "qwen3-32b", "base_url": "http://127.0.0.1:8000/v1"}
+    llm = {"answer": {"calls": 7, "cache_hits": 2, "errors": 1, "server": server}, "judge": {"calls": 1}}
+    md = render_results(bench, llm=llm)
     assert "| m | 0.33 | 0.67 | 0.50 | 0.50 | 1.00 | 0.75 | – | 6 | 4 | 2 |" in md
     assert "judge: not recorded" in md and "## f1" not in md
-    assert "| empty |" in md and "| answer | 7 | 2 | 1 |" in md
+    assert "| empty |" in md and "| answer | vllm: qwen3-32b | 7 | 2 | 1 |" in md
+    assert "| judge | – | 1 | 0 | 0 |" in md  # stats recorded before servers were
     assert "0.600" in md  # gate format rate
 
 

@@ -79,10 +79,12 @@ def render_results(summary: BenchmarkSummary, llm: dict | None = None) -> str:
             cells.append("–" if not d["n"] else "/".join(_f(d[k]) for k in ("mean", "median", "p90", "p95")))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if llm:
-        lines += ["", "## LLM calls", "", "| role | calls | cache hits | errors |", "|---|---:|---:|---:|"]
+        lines += ["", "## LLM calls", "", "| role | served by | calls | cache hits | errors |"]
+        lines.append("|---|---|---:|---:|---:|")
         for role, st in llm.items():
             if isinstance(st, dict) and "calls" in st:
-                lines.append(
-                    f"| {role} | {st['calls']} | {st.get('cache_hits', 0)} | {st.get('errors', 0)} |"
-                )
+                by = st.get("server") or {}
+                served = f"{by.get('kind', '?')}: {by.get('served_name', '?')}" if by else "–"
+                counts = f"{st['calls']} | {st.get('cache_hits', 0)} | {st.get('errors', 0)}"
+                lines.append(f"| {role} | {served} | {counts} |")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ import time
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
@@ -337,6 +338,19 @@ class LLMClient:
             **self.counts,
             "prompt_tokens": self.tokens["prompt"],
             "completion_tokens": self.tokens["completion"],
+            "server": self.served_by(),
+        }
+
+    def served_by(self) -> dict[str, Any]:
+        """Which server answered this role: its kind (vllm, llamacpp, endpoint, ...), address, name and
+        weights, for the run's records (a URL's user:password part is left out)."""
+        url = urlsplit(self.cfg.base_url)
+        return {
+            "kind": getattr(self.server, "kind", "endpoint"),
+            "base_url": url._replace(netloc=url.netloc.rpartition("@")[2]).geturl(),
+            "served_name": self.cfg.served_name,
+            "model_id": self.cfg.model_id,
+            "dialect": self.cfg.dialect.name,
         }
 
     async def aclose(self) -> None:

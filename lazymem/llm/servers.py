@@ -363,6 +363,12 @@ class VllmServer(ManagedServer):
         if device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cpu_kvcache_gib:g}")
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            # whole prompts only: a prompt split across steps makes vLLM rewind a seeded request's random
+            # generator, which CPU generators cannot do (the engine dies: "CPU Generator does not use
+            # offset"); GPU generators can, so GPU nodes keep vLLM's chunked prefill
+            cmd += ["--no-enable-chunked-prefill"]
+            if max_model_len is not None:
+                cmd += ["--max-num-batched-tokens", str(max_model_len)]
         else:
             cmd += ["--tensor-parallel-size", str(tensor_parallel_size)]
             cmd += ["--data-parallel-size", str(data_parallel_size)]

@@ -19,9 +19,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question
 from lazymem.methods.base import Context, MemoryBlock
-from lazymem.methods.mem0_store import Store, StoreSpec, open_store
+from lazymem.methods.mem0_store import Store, StoreSpec, call_failure, open_store
 from lazymem.prompts import load
 
 
@@ -60,7 +61,15 @@ class Mem0:
         if self._open is not None:
             self._open[1].close()
             self._open = None
-        store, built = await open_store(history, self.spec, ctx.llms[self.role], ctx.dense(self.retriever))
+        try:
+            llm, dense = ctx.llms[self.role], ctx.dense(self.retriever)
+            store, built = await open_store(history, self.spec, llm, dense)
+        except Exception as e:
+            failed = call_failure(e)
+            if failed is None:
+                raise
+            # a named error of the question, as for every method whose LLM call fails (not a bug's trace)
+            raise StageError(f"{self.name} ingestion stopped: {failed}") from e
         self._open = (history.id, store)
         return store, built
 

@@ -120,6 +120,22 @@ class Usage:
         return {**self.__dict__, "seconds": round(self.seconds, 3)}
 
 
+class CallFailed(RuntimeError):
+    """One of Mem0's LLM calls failed after the client's retries (Mem0 wraps it in an error of its own)."""
+
+
+def call_failure(error: BaseException) -> CallFailed | None:
+    """The failed LLM call behind an error Mem0 raised, if one is (Mem0 chains it as the cause)."""
+    seen: set[int] = set()
+    node: BaseException | None = error
+    while node is not None and id(node) not in seen:
+        if isinstance(node, CallFailed):
+            return node
+        seen.add(id(node))
+        node = node.__cause__ or node.__context__
+    return None
+
+
 class RoleLLM:
     """Mem0's LLM interface (`generate_response`) answered by a lazymem role: our client, with its cache,
     retries and accounting, on the job's event loop while Mem0 runs in a worker thread."""
@@ -147,7 +163,7 @@ class RoleLLM:
         self.usage.completion_tokens += done.completion_tokens
         self.usage.seconds += done.latency_s
         if done.error:
-            raise RuntimeError(f"Mem0's LLM call failed: {done.error}")
+            raise CallFailed(f"Mem0's LLM call failed: {done.error}")
         return done.text
 
 

@@ -3,11 +3,11 @@
     python -m lazymem.run +experiment=main_table        # the paper's models on GPUs (vLLM)
     python -m lazymem.run +experiment=main_table_cpu    # the same table with the bundled CPU models
 
-`benchmarks` maps a name to a data config. Model servers, retrieval indexes and embeddings are shared by
-all benchmarks and methods of the job. Each benchmark gets a subdirectory with its records.jsonl and
-results.md; at the top, summary.json holds every benchmark (eval/summary.py), and results.md and one CSV
-per table hold Tables 1, 7 and 8 with the paper's numbers beside ours (the same tables task=report
-builds, lazymem/report/tables.py).
+`benchmarks` maps a name to a data config (one set to null is left out). Model servers, retrieval indexes
+and embeddings are shared by all benchmarks and methods of the job. Each benchmark gets a subdirectory with
+its records.jsonl and results.md; at the top, summary.json holds every benchmark (eval/summary.py), and
+results.md and one CSV per table hold Tables 1, 7 and 8 with the paper's numbers beside ours (the same
+tables task=report builds, lazymem/report/tables.py).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from lazymem.tasks.evaluate import build_methods, build_retriever, evaluate
 
 def run(cfg, run) -> dict:
     methods = build_methods(cfg)
-    require(cfg, methods, OmegaConf.to_container(cfg.benchmarks, resolve=True))
+    chosen = {name: data for name, data in cfg.benchmarks.items() if data is not None}
+    require(cfg, methods, {name: OmegaConf.to_container(data, resolve=True) for name, data in chosen.items()})
     retriever = build_retriever(cfg, methods)
     benchmarks = {}
     with build_llms(cfg.llm, run.dir / "servers") as llms:
-        for name, data in cfg.benchmarks.items():
+        for name, data in chosen.items():
             ds = load_dataset(data)
             run.meta.add_dataset(ds.source)
             out = run.dir / name
