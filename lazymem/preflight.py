@@ -73,8 +73,17 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
     return found
 
 
-def require(cfg, methods, benchmarks: dict) -> None:
-    missing = problems(cfg, methods, benchmarks)
+def _stop(missing: list[str]) -> None:
     if missing:
         lines = "\n".join(f"  - {m}" for m in missing)
         raise PreflightError(f"error: this job cannot start; missing:\n{lines}")
+
+
+def require(cfg, methods, benchmarks: dict) -> None:
+    _stop(problems(cfg, methods, benchmarks))
+
+
+def require_placement(cfg, roles: list[str]) -> None:
+    """For tasks without methods (coverage, build_sft, build_rl, reward_rollouts): their GPU plan fits the
+    visible GPUs (nothing is checked where none is visible)."""
+    _stop(plan_problems(cfg, gpu_inventory(), roles))

@@ -254,3 +254,23 @@ def test_inventory_reads_nvidia_smi_in_cuda_visible_order(monkeypatch):
     assert [g.index for g in placement.gpu_inventory()] == [2, 0]
     monkeypatch.setattr(placement.shutil, "which", lambda _: None)
     assert placement.gpu_inventory() == []
+
+
+@pytest.mark.parametrize(
+    "experiment, module",
+    [
+        ("coverage_longmemeval", "coverage"),
+        ("build_sft", "build_sft"),
+        ("build_rl", "build_rl"),
+        ("reward_rollouts", "reward_rollouts"),
+    ],
+)
+def test_tasks_without_methods_check_their_plan_before_any_work(models, monkeypatch, experiment, module):
+    """The tasks that take no methods (so no preflight.require) stop on a plan that does not fit too."""
+    import importlib
+
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
+    cfg, _ = job(experiment, "data.path=/nonexistent.json")  # the check comes before the data is read
+    task = importlib.import_module(f"lazymem.tasks.{module}")
+    with pytest.raises(preflight.PreflightError, match="placement=gpu2 needs 2 GPUs, 1 visible"):
+        task.run(cfg, SimpleNamespace(dir=None))

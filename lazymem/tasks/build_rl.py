@@ -21,6 +21,7 @@ from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset
 from lazymem.llm.roles import build_llms
 from lazymem.methods.base import query_time
+from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.train import rl_data
 from lazymem.train.reasoning_chain import reasoning_chains
@@ -66,6 +67,7 @@ def chains_for(cfg, ds, pool, llms) -> tuple[dict, dict]:
 
 def run(cfg, run) -> dict:
     opts = cfg.train.grpo.data
+    require_placement(cfg, ["teacher"] if opts.reasoning_chains else [])
     retriever = instantiate(cfg.retrieval)
     # Only the prompt builder is used; no client, so no model server starts.
     processor = MemoryProcessor(

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset
 from lazymem.llm.roles import build_llms
+from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens
 from lazymem.train import sft_data as sd
@@ -51,6 +52,7 @@ def annotated_split(cfg, split: str, n_questions: int, retriever, processor, tea
 
 def run(cfg, run) -> dict:
     sft = cfg.train.sft
+    require_placement(cfg, ["teacher"])
     retriever = instantiate(cfg.retrieval)
     system, user = load(cfg.prompts.memory_system), load(cfg.prompts.memory_user)
     with build_llms(cfg.llm, run.dir / "servers") as llms:

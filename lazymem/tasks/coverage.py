@@ -14,11 +14,13 @@ from tqdm import tqdm
 
 from lazymem.data import load_dataset
 from lazymem.eval.coverage import aggregate, question_coverage
+from lazymem.preflight import require_placement
 from lazymem.retrieval.base import STAGES
 from lazymem.stats import describe
 
 
 def run(cfg, run) -> dict:
+    require_placement(cfg, [])
     ds = load_dataset(cfg.data)
     run.meta.add_dataset(ds.source)
     retriever = instantiate(cfg.retrieval)

@@ -23,6 +23,7 @@ from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.eval.records import read_records
 from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms, role_config
+from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table11
 from lazymem.report.tables import load_references, write_tables
@@ -48,6 +49,7 @@ def prompts(cfg, run) -> list:
 def run(cfg, run) -> dict:
     if not role_config(cfg.llm, "memory").get("model"):
         raise SystemExit("error: the SFT policy is not set: pass llm.roles.memory.model=/path/to/sft_model")
+    require_placement(cfg, ["memory"])
     opts = cfg.rollouts
     items = prompts(cfg, run)
     path = run.dir / "rollouts.jsonl"
