@@ -1,5 +1,30 @@
 """lazymem: query-time memory construction for LLM agents."""
 
+# The stages of the package, first to last: a package or top-level module imports only from earlier
+# layers, never from its own or a later one, so data flows one way (tests/test_layers.py checks it).
+LAYERS = (
+    # foundations: configs, the data schema, prompts, token counts, storage and process helpers
+    ("conf", "data", "prompts", "tokens", "sqlite", "stats", "subproc", "interrupt", "rundir"),
+    # model memory estimates (from configs and weights alone)
+    ("model_memory",),
+    # serving (LLM backends, servers, clients) and retrieval
+    ("llm", "retrieval"),
+    # memory construction: windows, KEEP/DROP decisions, their scoring
+    ("construct",),
+    # the memory methods compared in the paper
+    ("methods",),
+    # evaluation, training, the agent memory API, GPU placement
+    ("eval", "train", "agent", "placement"),
+    # checks before a job starts
+    ("preflight", "validate"),
+    # reports, run tracking, sweeps
+    ("report", "tracking", "sweep"),
+    # the run lifecycle and the tasks it runs
+    ("runner", "tasks"),
+    # the entry point
+    ("run",),
+)
+
 
 def __getattr__(name: str):
     # `from lazymem import Memory` without making `import lazymem` pay for torch, Hydra and the rest.

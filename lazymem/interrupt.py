@@ -1,22 +1,28 @@
 """SIGINT / SIGTERM stop a run promptly: servers down, records kept, `resume=true` continues.
 
-Inside :func:`handling` either signal stops every managed model server and raises :class:`Interrupted`,
-a KeyboardInterrupt, so asyncio and every `except Exception` let it through. The signal is also
-remembered: code at the points where a run would go on (a question starting, a record being written, a
-client about to retry) calls :func:`check`, so the run stops even if some library swallowed the exception.
+Inside :func:`handling` either signal runs every registered stop hook (the model servers register theirs
+with :func:`on_signal`, so this module imports no stage) and raises :class:`Interrupted`, a
+KeyboardInterrupt, so asyncio and every `except Exception` let it through. The signal is also remembered:
+code at the points where a run would go on (a question starting, a record being written, a client about to
+retry) calls :func:`check`, so the run stops even if some library swallowed the exception.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-from lazymem.llm.servers import stop_all
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: int | None = None
+_hooks: list[Callable[[], None]] = []
+
+
+def on_signal(hook: Callable[[], None]) -> None:
+    """Run `hook` (once registered, every time) when SIGINT or SIGTERM arrives inside :func:`handling`."""
+    if hook not in _hooks:
+        _hooks.append(hook)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -43,7 +49,8 @@ def check() -> None:
 def _on_signal(signum: int, frame) -> None:
     global _received
     _received = signum
-    stop_all()
+    for hook in list(_hooks):
+        hook()
     raise Interrupted(signum)
 
 

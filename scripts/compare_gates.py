@@ -36,8 +36,9 @@ from hydra.utils import instantiate
 from lazymem.conf import CONF_DIR
 from lazymem.construct.render import render_memory, render_raw
 from lazymem.data import load_dataset
+from lazymem.data.schema import query_time
 from lazymem.llm.roles import LLMSet
-from lazymem.methods.base import Context, query_time
+from lazymem.methods.base import Context
 from lazymem.methods.extractive import BUNDLED, GateModel, featurize, window_reward
 from lazymem.methods.lazymem import LazyMem
 from lazymem.tasks.train_gate import question_windows

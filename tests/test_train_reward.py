@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 import lazymem.train.reward as reward_mod
 from lazymem.conf import CONF_DIR
+from lazymem.construct.accuracy import action_reward, category_accuracy
 from lazymem.construct.decisions import ERROR_CODES
 from lazymem.llm.client import Completion
 from lazymem.llm.roles import role_config
@@ -30,8 +31,6 @@ from lazymem.train.quality_judge import (
 from lazymem.train.reward import (
     RESULT_KEYS,
     RewardOptions,
-    action_reward,
-    category_accuracy,
     compute_score,
     compute_score_async,
 )

@@ -14,7 +14,16 @@ from omegaconf import DictConfig, OmegaConf
 from lazymem.data.schema import DataError, Dataset, History, Message, Question
 from lazymem.data.split import SPLITS, make_split
 
-__all__ = ["Dataset", "DataError", "History", "Message", "Question", "load_dataset", "select_split"]
+__all__ = [
+    "Dataset",
+    "DataError",
+    "History",
+    "Message",
+    "Question",
+    "load_dataset",
+    "select_split",
+    "split_data",
+]
 
 
 def load_dataset(data: DictConfig) -> Dataset:
@@ -29,6 +38,16 @@ def load_dataset(data: DictConfig) -> Dataset:
         ds = ds.subset([q.id for q in ds.questions[: int(data.limit)]])
         ds.source["limit"] = int(data.limit)
     return ds
+
+
+def split_data(data: DictConfig, split: str, path: str | None) -> DictConfig:
+    """`data` for split `split` of the training-data tasks (build_sft, build_rl): the whole file at `path`
+    when given (a file holding exactly that split's questions, such as the shared
+    longmemeval_oracle_{train,val}.json, which a computed split would split again), else `data.split = split`
+    (the paper's 360/40/100 split of the full file, or a split file)."""
+    if path:
+        return OmegaConf.merge(data, {"path": str(path), "split": None, "split_file": None, "limit": None})
+    return OmegaConf.merge(data, {"split": split, "limit": None})
 
 
 def whole_as_test(ds: Dataset, name: str) -> Dataset:

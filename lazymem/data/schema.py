@@ -82,3 +82,10 @@ class Dataset:
         used = {q.history_id for q in questions}
         histories = {k: v for k, v in self.histories.items() if k in used}
         return Dataset(self.name, histories, questions, dict(self.source))
+
+
+def query_time(question: Question, history: History) -> str:
+    """When the question is asked: the benchmark's date, else the time of the last message (LoCoMo)."""
+    if question.date:
+        return question.date
+    return history.messages[-1].time if history.messages else "unknown"

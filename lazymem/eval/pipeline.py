@@ -13,10 +13,10 @@ from hydra.utils import instantiate
 
 from lazymem import interrupt
 from lazymem.construct.processor import StageError
-from lazymem.data.schema import History, Question
+from lazymem.data.schema import History, Question, query_time
 from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label
 from lazymem.llm.client import ProviderRefused
-from lazymem.methods.base import Context, MemoryBlock, NotApplicable, query_time
+from lazymem.methods.base import Context, MemoryBlock, NotApplicable
 from lazymem.prompts import Template
 from lazymem.tokens import count_tokens
 

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lazymem import interrupt
 from lazymem.llm.runtime import cpu_features, llama_build_info
 from lazymem.subproc import death_signal_preexec
 
@@ -60,6 +61,9 @@ def stop_all() -> None:
     """Stop every managed server of this process."""
     for server in list(_LIVE):
         server.stop()
+
+
+interrupt.on_signal(stop_all)  # a run's SIGINT/SIGTERM handling (lazymem.interrupt) stops the servers first
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -99,10 +99,3 @@ class Context:
         result, seconds = hit
         head = SearchResult(result.indices[:n], result.scores[:n], result.timings, result.ranked)
         return head, seconds
-
-
-def query_time(question: Question, history: History) -> str:
-    """When the question is asked: the benchmark's date, else the time of the last message (LoCoMo)."""
-    if question.date:
-        return question.date
-    return history.messages[-1].time if history.messages else "unknown"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lazymem.construct.accuracy import ETA, action_reward, category_accuracy
 from lazymem.construct.decisions import Decision, kept_content, merge_decisions
 from lazymem.construct.processor import WindowResult
 from lazymem.construct.render import render_raw
@@ -31,7 +32,6 @@ from lazymem.construct.windows import Window, build_windows
 from lazymem.data.schema import History, Message, Question
 from lazymem.methods.base import Context, MemoryBlock
 from lazymem.retrieval.bm25 import Tokenizer
-from lazymem.train.reward import ETA, action_reward, category_accuracy
 
 BUNDLED = Path(__file__).with_name("gate_synthetic.json")
 FEATURES = (

@@ -10,8 +10,8 @@ from lazymem.construct.decisions import kept_content, merge_decisions
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.construct.render import render_memory
 from lazymem.construct.windows import build_windows
-from lazymem.data.schema import History, Question
-from lazymem.methods.base import Context, MemoryBlock, query_time
+from lazymem.data.schema import History, Question, query_time
+from lazymem.methods.base import Context, MemoryBlock
 from lazymem.prompts import load
 
 

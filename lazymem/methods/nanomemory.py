@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from lazymem.construct.processor import StageError
-from lazymem.data.schema import History, Message, Question
-from lazymem.methods.base import Context, MemoryBlock, query_time
+from lazymem.data.schema import History, Message, Question, query_time
+from lazymem.methods.base import Context, MemoryBlock
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens
 

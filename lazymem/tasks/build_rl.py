@@ -18,15 +18,14 @@ import pyarrow.parquet as pq
 from hydra.utils import instantiate
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
-from lazymem.data import load_dataset
+from lazymem.data import load_dataset, split_data
+from lazymem.data.schema import query_time
 from lazymem.llm.roles import build_llms
-from lazymem.methods.base import query_time
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.train import rl_data
 from lazymem.train.reasoning_chain import reasoning_chains
 from lazymem.train.sft_data import window_items
-from lazymem.train.splits import split_data
 
 log = logging.getLogger(__name__)
 

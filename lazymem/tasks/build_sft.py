@@ -17,14 +17,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
-from lazymem.data import load_dataset
+from lazymem.data import load_dataset, split_data
 from lazymem.llm.roles import build_llms
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens
 from lazymem.train import sft_data as sd
 from lazymem.train.sft_config import DS_Z2, sft_yaml
-from lazymem.train.splits import split_data
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from tqdm import tqdm
 from lazymem.construct.processor import StageError
 from lazymem.construct.windows import expanded_indices
 from lazymem.data import load_dataset
+from lazymem.data.schema import query_time
 from lazymem.eval import perturb
 from lazymem.eval.judge import contains_reference
 from lazymem.eval.pipeline import Answerer, Judge
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms
-from lazymem.methods.base import query_time
 from lazymem.preflight import require
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table12

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lazymem.construct.accuracy import ETA, action_reward
 from lazymem.construct.decisions import check_decisions
-from lazymem.train.reward import ETA, action_reward
 
 
 @dataclass(frozen=True)

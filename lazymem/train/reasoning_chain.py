@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from lazymem.data.schema import Dataset, Question
-from lazymem.methods.base import query_time
+from lazymem.data.schema import Dataset, Question, query_time
 from lazymem.prompts import Template
 
 

@@ -35,12 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazymem.construct.accuracy import ETA, action_reward, category_accuracy
 from lazymem.construct.decisions import Decision, check_decisions
 from lazymem.train.curriculum import read_state, state_path
 from lazymem.train.quality_judge import JudgeConfig, JudgeItem, get_judge
 from lazymem.train.rl_rows import WindowTruth, read_ground_truth
 
-ETA = 0.915  # paper Table 15
 RESULT_KEYS = (
     "score",
     "format_ok",
@@ -57,28 +57,6 @@ RESULT_KEYS = (
 )
 _VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})  # passed by VERL, unused
 _TRAINER_SETTINGS = frozenset({"tau", "lam_phase2"})  # read by the curriculum trainer (verl_trainer.py)
-
-
-def category_accuracy(gold: Sequence[bool], ops: Sequence[str]) -> tuple[float | None, float | None]:
-    """(A_g, A_n): share of gold messages kept, share of non-gold dropped; None for an absent category."""
-    if len(gold) != len(ops):
-        raise ValueError(f"{len(gold)} gold flags but {len(ops)} decisions")
-    kept_gold = sum(1 for g, op in zip(gold, ops, strict=True) if g and op == "KEEP")
-    dropped_non = sum(1 for g, op in zip(gold, ops, strict=True) if not g and op == "DROP")
-    n_gold = sum(1 for g in gold if g)
-    n_non = len(gold) - n_gold
-    return (kept_gold / n_gold if n_gold else None, dropped_non / n_non if n_non else None)
-
-
-def action_reward(a_gold: float | None, a_nongold: float | None, eta: float = ETA) -> float:
-    """Eq. 7; a window holding only one category scores that category's accuracy."""
-    if a_gold is None and a_nongold is None:
-        raise ValueError("a window has at least one message")
-    if a_gold is None:
-        return a_nongold
-    if a_nongold is None:
-        return a_gold
-    return eta * a_gold + (1.0 - eta) * a_nongold
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from lazymem.construct.decisions import Decision, check_decisions, decision_schema
 from lazymem.construct.windows import Window, build_windows
-from lazymem.data.schema import Dataset, Question
+from lazymem.data.schema import Dataset, Question, query_time
 from lazymem.llm.client import json_schema_format
-from lazymem.methods.base import query_time
 
 # Gate codes that mean "no JSON value could be read"; every other code except wrong_count is a schema
 # violation (paper D.2 names the three discard reasons separately).
