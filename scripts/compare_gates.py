@@ -39,7 +39,7 @@ from lazymem.data import load_dataset
 from lazymem.data.schema import query_time
 from lazymem.llm.roles import LLMSet
 from lazymem.methods.base import Context
-from lazymem.methods.extractive import BUNDLED, GateModel, featurize, window_reward
+from lazymem.methods.extractive_gate import BUNDLED, GateModel, featurize, window_reward
 from lazymem.methods.lazymem import LazyMem
 from lazymem.tasks.train_gate import question_windows
 from lazymem.tokens import count_tokens

@@ -8,7 +8,7 @@ retriever variant (BM25 text template, stopwords, stemmer; dense text template) 
 whole history once; every fusion setting (RRF k, list depth) is then applied to those rankings, exactly
 as `HybridRetriever` fuses them (the chosen setting is re-run through the real preset as a check). A
 setting's score on a unit is its All@50 averaged over w = 0..3. The default is the setting of smallest
-worst-case regret over the units (lazymem/retrieval/select.py), and leave-one-out estimates how that
+worst-case regret over the units (scripts/loo_select.py), and leave-one-out estimates how that
 rule does on a unit it was not chosen on. Embeddings come from .cache/embeddings.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from loo_select import choose, leave_one_out, regrets, spread  # beside this script
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
@@ -30,7 +31,6 @@ from lazymem.data import locomo, longmemeval
 from lazymem.data.io import read_json
 from lazymem.retrieval.base import Ranking, top_k
 from lazymem.retrieval.fusion import RRF
-from lazymem.retrieval.select import choose, leave_one_out, regrets, spread
 
 N, RADII = 50, (0, 1, 2, 3)
 BM25 = {

@@ -16,7 +16,7 @@ from lazymem.construct.windows import Window
 from lazymem.data.schema import History, Message, Question
 from lazymem.eval.metrics import _construction
 from lazymem.methods.base import Context
-from lazymem.methods.extractive import (
+from lazymem.methods.extractive_gate import (
     BUNDLED,
     FEATURES,
     ExtractiveGate,

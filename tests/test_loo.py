@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from lazymem.retrieval.select import choose, leave_one_out, regrets, spread
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))  # the protocol lives beside its script, scripts/loo_retrieval.py
+from loo_select import choose, leave_one_out, regrets, spread  # noqa: E402
 
 # "peaky" is best on average thanks to one unit, but far behind on another; "steady" is never far behind
 SCORES = {

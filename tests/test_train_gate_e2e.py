@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lazymem.methods.extractive import BUNDLED, ExtractiveGate, GateModel
+from lazymem.methods.extractive_gate import BUNDLED, ExtractiveGate, GateModel
 
 from conftest import run_cli
 

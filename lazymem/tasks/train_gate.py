@@ -1,4 +1,4 @@
-"""task=train_gate: fit the extractive gate (lazymem/methods/extractive.py) on retrieval windows.
+"""task=train_gate: fit the extractive gate (lazymem/methods/extractive_gate.py) on retrieval windows.
 
     python -m lazymem.run +experiment=train_gate_cpu                      # synthetic data (offline)
     python -m lazymem.run +experiment=train_gate_cpu data=longmemeval \
@@ -28,7 +28,13 @@ from tqdm import tqdm
 from lazymem.construct.render import render_raw
 from lazymem.construct.windows import build_windows
 from lazymem.data import load_dataset
-from lazymem.methods.extractive import GateModel, best_threshold, encoder_identity, featurize, window_reward
+from lazymem.methods.extractive_gate import (
+    GateModel,
+    best_threshold,
+    encoder_identity,
+    featurize,
+    window_reward,
+)
 from lazymem.stats import mean
 from lazymem.tokens import count_tokens
 
