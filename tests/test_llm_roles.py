@@ -190,14 +190,14 @@ def test_backends_own_their_dialect_gpu_need_and_preflight_problems(tmp_path, mo
         get_backend({"backend": "json.JSONDecoder"})
 
 
-def test_role_config_merges_common_and_rejects_unknowns():
+def test_role_config_merges_common_and_gives_an_unlisted_role_common():
     cfg = {
         "common": {"backend": "llamacpp", "decoding": {"temperature": 0.7, "max_tokens": 9}},
         "roles": {"a": {"decoding": {"temperature": 0.0}}},
     }
     assert role_config(cfg, "a")["decoding"] == {"temperature": 0.0, "max_tokens": 9}
-    with pytest.raises(KeyError, match="no LLM role"):
-        role_config(cfg, "b")
+    # a role only a method declares (a method of your own): the preset's common server and decoding
+    assert role_config(cfg, "b") == cfg["common"]
     with pytest.raises(ValueError, match="backend"):
         role_config({"common": {"backend": "tgi"}, "roles": {"a": {}}}, "a")
 

@@ -50,10 +50,10 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def role_config(cfg: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """`common` merged with the role's entry. A role the preset does not list (one a method of your own
+    declares) runs on `common` as it is: the preset's main server and decoding."""
     cfg = to_dict(cfg)
-    if role not in cfg.get("roles", {}):
-        raise KeyError(f"no LLM role {role!r}; configured: {sorted(cfg.get('roles', {}))}")
-    rc = merge(cfg.get("common", {}), cfg["roles"][role] or {})
+    rc = merge(cfg.get("common", {}), (cfg.get("roles") or {}).get(role) or {})
     try:
         backend_class(rc.get("backend"))
     except ValueError as e:
