@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
 
 from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.roles import role_config
@@ -38,21 +38,10 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
         found += backend.problems(where, model_key)
         if backend.needs_gpu:
             gpu_needed_by.append(f"{where} ({backend.name})")
-    retrieval = OmegaConf.to_container(cfg.retrieval, resolve=True)
-    encoder = ((retrieval.get("retrievers") or {}).get("dense") or {}).get("encoder") or {}
-    reranker = retrieval.get("reranker") or {}
-    for key, spec in (
-        ("retrieval.retrievers.dense.encoder.model", encoder.get("model")),
-        ("retrieval.reranker.model", reranker.get("model")),
-    ):
-        if spec and not str(spec).startswith("bundled:") and not Path(str(spec)).expanduser().is_dir():
-            found.append(f"{key} = {spec!r} is not a local model directory: pass {key}=/path/to/model")
-        if (
-            spec
-            and not str(spec).startswith("bundled:")
-            and encoder.get("device", "auto") in ("cuda", "auto")
-        ):
-            gpu_needed_by.append(key)
+    if "retrieval" in cfg:  # weights load on first use: instantiating only reads the config
+        retriever = instantiate(cfg.retrieval)
+        found += retriever.problems("retrieval")
+        gpu_needed_by += retriever.gpu_keys("retrieval")
     for name, data in benchmarks.items():
         if "path" not in (data.get("loader") or {}):
             continue  # generated data (synthetic) reads no file

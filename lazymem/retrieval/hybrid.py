@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from lazymem.data.schema import History
-from lazymem.retrieval.base import STAGES, Index, Ranking, Reranker, Retriever, SearchResult
+from lazymem.retrieval.base import Index, Ranking, Reranker, Retriever, SearchResult, UserStorage
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.fusion import RRF
 from lazymem.retrieval.rerank import NoReranker
@@ -54,7 +54,7 @@ class HistoryIndex:
     def search(self, query: str, n: int | None = None) -> SearchResult:
         owner = self._owner
         n = owner.n if n is None else n
-        timings = dict.fromkeys(STAGES, 0.0)
+        timings = dict.fromkeys(owner.stages, 0.0)
         start = time.perf_counter()
 
         def one(name: str) -> tuple[Ranking, float]:
@@ -119,6 +119,13 @@ class HybridRetriever:
         self.retrievers = {k: r for k, r in retrievers.items() if r is not None}
         if not self.retrievers:
             raise ValueError("retrieval needs at least one retriever")
+        for name, r in self.retrievers.items():
+            if not isinstance(r, Retriever):
+                raise TypeError(
+                    f"retrieval.retrievers.{name}: {type(r).__name__} is not a "
+                    "lazymem.retrieval.base.Retriever (subclass it: build() indexes a history; its other "
+                    "hooks have defaults)"
+                )
         self.fusion = fusion if fusion is not None else RRF()
         self.reranker = reranker if reranker is not None else NoReranker()
         self.n = n
@@ -127,6 +134,33 @@ class HybridRetriever:
         self.parallel = parallel
         self.builds = 0  # indexes built (not served from memory)
         self._cache: OrderedDict[str, tuple[str, HistoryIndex]] = OrderedDict()
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The timed stages of a search: each retriever by its name, then fusion and rerank."""
+        return (*self.retrievers, "fusion", "rerank")
+
+    def for_user(self, storage: UserStorage) -> HybridRetriever:
+        """This retrieval for one user of the agent memory: each retriever's per-user form (what it derives
+        goes to `storage`), the shared fusion and reranker, and an index cache of the user's own."""
+        mine = {name: r.for_user(storage) for name, r in self.retrievers.items()}
+        return HybridRetriever(
+            mine, self.fusion, self.reranker, self.n, self.rerank_candidates, 1, self.parallel
+        )
+
+    def close(self) -> None:
+        """Release what the retrievers opened (a per-user form's caches)."""
+        for r in self.retrievers.values():
+            r.close()
+
+    def problems(self, where: str = "retrieval") -> list[str]:
+        """What its retrievers and reranker miss before they can run, each with its config key."""
+        found = [p for name, r in self.retrievers.items() for p in r.problems(f"{where}.retrievers.{name}")]
+        return found + self.reranker.problems(f"{where}.reranker")
+
+    def gpu_keys(self, where: str = "retrieval") -> list[str]:
+        keys = [k for name, r in self.retrievers.items() for k in r.gpu_keys(f"{where}.retrievers.{name}")]
+        return keys + self.reranker.gpu_keys(f"{where}.reranker")
 
     def index(self, history: History) -> HistoryIndex:
         key = fingerprint(history)

@@ -13,11 +13,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from lazymem.data.schema import Message
-from lazymem.retrieval.base import check_template, render
-from lazymem.retrieval.dense import check_exists, offline_env, resolve_device, resolve_model
+from lazymem.retrieval.base import Reranker, check_template, render
+from lazymem.retrieval.dense import (
+    check_exists,
+    local_model_problems,
+    offline_env,
+    resolve_device,
+    resolve_model,
+)
 
 
-class NoReranker:
+class NoReranker(Reranker):
     """Keeps the fused order: `score` returns None."""
 
     name = "none"
@@ -26,7 +32,7 @@ class NoReranker:
         return None
 
 
-class FlagReranker:
+class FlagReranker(Reranker):
     """BGE cross-encoder through FlagEmbedding. Higher score = more relevant."""
 
     name = "flag"
@@ -42,6 +48,7 @@ class FlagReranker:
         template: str = "{text}",
         offline: bool = True,
     ):
+        self.model_spec = model
         self.path, _ = resolve_model(model)
         self.use_fp16, self.batch_size, self.max_length = use_fp16, batch_size, max_length
         # a list from a config arrives as OmegaConf's ListConfig, which FlagEmbedding refuses: a plain list
@@ -50,6 +57,15 @@ class FlagReranker:
         self.normalize, self.devices, self.offline = normalize, devices, offline
         self.template = check_template(template)
         self._model = None
+
+    def problems(self, where: str) -> list[str]:
+        return local_model_problems(self.model_spec, f"{where}.model")
+
+    def gpu_keys(self, where: str) -> list[str]:
+        """Unless every device is the CPU: null means every GPU (FlagEmbedding's default)."""
+        devices = [self.devices] if isinstance(self.devices, str | int) else self.devices
+        cpu_only = devices is not None and all(str(d) == "cpu" for d in devices)
+        return [] if cpu_only or str(self.model_spec).startswith("bundled:") else [f"{where}.devices"]
 
     @property
     def model(self):
@@ -83,7 +99,7 @@ class FlagReranker:
         return [float(s) for s in np.atleast_1d(np.asarray(scores, dtype=np.float64))]  # one pair -> scalar
 
 
-class CrossEncoderReranker:
+class CrossEncoderReranker(Reranker):
     """Any sentence-transformers `CrossEncoder` checkpoint. Higher score = more relevant."""
 
     name = "cross_encoder"
@@ -98,11 +114,19 @@ class CrossEncoderReranker:
         offline: bool = True,
         trust_remote_code: bool = False,
     ):
+        self.model_spec = model
         self.path, _ = resolve_model(model)
         self.device, self.batch_size, self.max_length = device, batch_size, max_length
         self.offline, self.trust_remote_code = offline, trust_remote_code
         self.template = check_template(template)
         self._model = None
+
+    def problems(self, where: str) -> list[str]:
+        return local_model_problems(self.model_spec, f"{where}.model")
+
+    def gpu_keys(self, where: str) -> list[str]:
+        """Only when told cuda: a small cross-encoder runs on the CPU where `auto` finds no GPU."""
+        return [f"{where}.device"] if str(self.device).startswith("cuda") else []
 
     @property
     def model(self):

@@ -15,7 +15,6 @@ from tqdm import tqdm
 from lazymem.data import load_dataset
 from lazymem.eval.coverage import aggregate, question_coverage
 from lazymem.preflight import require_placement
-from lazymem.retrieval.base import STAGES
 from lazymem.stats import describe
 
 
@@ -27,7 +26,7 @@ def run(cfg, run) -> dict:
     radii = [int(r) for r in cfg.coverage.radii]
     max_len, stride = int(cfg.coverage.max_len), int(cfg.coverage.stride)
     build_s: dict[str, float] = {}
-    stage_s: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
+    stage_s: dict[str, list[float]] = {s: [] for s in (*retriever.stages, "total")}
     rows: dict[int, list[dict]] = {r: [] for r in radii}
     excluded = 0
     for q in tqdm(ds.questions, desc="coverage", unit="q"):
