@@ -5,7 +5,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-sft setup-vllm run rehearsal test test-fast lint doctor
+.PHONY: setup setup-sft setup-vllm run rehearsal test test-fast lint docs doctor
 
 setup:
 	@bash scripts/setup_env.sh
@@ -47,6 +47,13 @@ test-fast: setup
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+# The documentation site (mkdocs.yml, docs/) into site/, from its own small environment .venv-docs
+# (scripts/setup_docs_env.sh); --strict fails on any warning (broken links and
+# anchors, pages missing from the nav, docstrings the API reference cannot read)
+docs:
+	@bash scripts/setup_docs_env.sh
+	.venv-docs/bin/mkdocs build --strict -d site
 
 # What this machine can run, with fixes; works without a working .venv (scripts/doctor.sh)
 doctor:
