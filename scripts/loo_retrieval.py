@@ -1,7 +1,7 @@
 """Leave-one-conversation-out choice of the CPU retrieval default (not a test).
 
     python scripts/loo_retrieval.py [--locomo FILE] [--longmemeval FILE] [--out loo.json]
-    python scripts/loo_retrieval.py --summary loo.json      # the README table from a finished run
+    python scripts/loo_retrieval.py --summary loo.json      # docs/measurements.md's table, from a run
 
 Units: every conversation of the LoCoMo file and the LongMemEval-S sample as one more unit. Each
 retriever variant (BM25 text template, stopwords, stemmer; dense text template) ranks every question's

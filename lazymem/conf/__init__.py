@@ -1,6 +1,6 @@
 """The config tree that `lazymem` composes (Hydra's `pkg://lazymem.conf`), shipped inside the package.
 
-Add your own config folder with Hydra's search path (see the README's "Your own configs").
+Add your own config folder with Hydra's search path (docs/configuration.md, "Your own configs").
 """
 
 from pathlib import Path
