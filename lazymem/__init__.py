@@ -3,8 +3,9 @@
 # The stages of the package, first to last: a package or top-level module imports only from earlier
 # layers, never from its own or a later one, so data flows one way (tests/test_layers.py checks it).
 LAYERS = (
-    # foundations: configs, the data schema, prompts, token counts, storage and process helpers
-    ("conf", "data", "prompts", "tokens", "sqlite", "stats", "subproc", "interrupt", "rundir"),
+    # foundations: configs, the paper's numbers, the data schema, prompts, token counts, storage and process
+    # helpers (conf and experiments live at the top of the checkout: pyproject.toml maps them in)
+    ("conf", "experiments", "data", "prompts", "tokens", "sqlite", "stats", "subproc", "interrupt", "rundir"),
     # model memory estimates (from configs and weights alone)
     ("model_memory",),
     # serving (LLM backends, servers, clients) and retrieval

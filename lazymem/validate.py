@@ -41,7 +41,7 @@ class ConfigError(ValueError):
 
 @lru_cache(maxsize=1)
 def method_presets() -> list[str]:
-    """The bundled method configs (lazymem/conf/method/NAME.yaml), named in error messages."""
+    """The bundled method configs (conf/method/NAME.yaml), named in error messages."""
     return [p.stem for p in sorted(METHOD_CONF.glob("*.yaml"))]
 
 

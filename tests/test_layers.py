@@ -4,6 +4,7 @@ its own (lazymem.LAYERS), so the package-level import graph has no cycle."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import lazymem
@@ -37,13 +38,21 @@ def imported_units(source: str, path: Path) -> set[str]:
     return found
 
 
+def sources() -> dict[Path, str]:
+    """Every source file of the package -> its unit, the subpackages pyproject.toml maps from elsewhere in
+    the checkout (conf/, experiments/) included."""
+    files = {path: unit(path) for path in PACKAGE.rglob("*.py") if path != PACKAGE / "__init__.py"}
+    for name in ("conf", "experiments"):
+        folder = Path(importlib.import_module(f"lazymem.{name}").__file__).parent
+        files |= {path: name for path in folder.rglob("*.py")}
+    return files
+
+
 def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        if path == PACKAGE / "__init__.py":
-            continue  # the package root only re-exports Memory lazily
-        u = unit(path)
-        graph.setdefault(u, set()).update(imported_units(path.read_text(encoding="utf-8"), path) - {u})
+    for path, u in sources().items():
+        at = path if path.is_relative_to(PACKAGE) else PACKAGE / u / path.name  # as if it lay inside
+        graph.setdefault(u, set()).update(imported_units(path.read_text(encoding="utf-8"), at) - {u})
     return graph
 
 

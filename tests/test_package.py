@@ -77,7 +77,7 @@ def test_the_installed_package_is_what_runs(installed, tmp_path):
     assert (package / "conf" / "config.yaml").exists() and (
         package / "conf" / "paths" / "default.yaml"
     ).exists()
-    assert list(package.glob("prompts/*.txt")) and list(package.glob("report/paper/*.json"))
+    assert list(package.glob("prompts/*.txt")) and list(package.glob("experiments/*.json"))
 
 
 def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
@@ -142,3 +142,23 @@ def test_shell_completion_of_the_console_script(installed, tmp_path):
     env |= {"COMP_LINE": "lazymem retrieval=", "COMP_POINT": "18"}
     choices = sh("lazymem", "-sc", "query=bash", cwd=tmp_path, env=env).stdout.split()
     assert "retrieval=paper_gpu" in choices and "retrieval=hybrid" in choices
+
+
+def test_the_editable_install_runs_a_task_from_outside_the_checkout(tmp_path):
+    """.venv's lazymem (pip install -e, with conf/ and experiments/ mapped in) works from any directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAZYMEM_", "PYTHON", "VIRTUAL_ENV"))}
+    env["LAZYMEM_CACHE"] = str(tmp_path / "cache")
+    code = "import lazymem.conf as c, lazymem.experiments as e; print(c.CONF_DIR, e.EXPERIMENTS_DIR)"
+    conf, experiments = sh(sys.executable, "-c", code, cwd=tmp_path, env=env).stdout.split()
+    assert (Path(conf), Path(experiments)) == (ROOT / "conf", ROOT / "experiments")
+    lazymem = Path(sys.executable).parent / "lazymem"
+    sh(
+        lazymem,
+        "task=stats",
+        "data=synthetic",
+        "logger=none",
+        f"hydra.run.dir={tmp_path}/run",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert json.loads((tmp_path / "run" / "stats.json").read_text())["questions"] == 14

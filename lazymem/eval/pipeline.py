@@ -59,7 +59,7 @@ class Judge:
         if not hasattr(spec, "get") or not spec.get("style"):
             raise ValueError(
                 f"the data config of {data.get('name')!r} declares no judge: add a `judge:` block with "
-                "style, prompt (and rules for the longmemeval style), as lazymem/conf/data/*.yaml do"
+                "style, prompt (and rules for the longmemeval style), as conf/data/*.yaml do"
             )
         prompts = JudgePrompts(spec.style, spec.prompt, spec.get("rules"), spec.get("official_src"))
         metrics = {name: instantiate(m) for name, m in (data.get("metrics") or {}).items()}

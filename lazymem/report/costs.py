@@ -7,7 +7,7 @@ many questions read it; a method without it (every query-time method) has zero o
 
 Amortised offline cost per question = the stores' build seconds / the questions answered from them;
 total cost per question = that + the online latency (retrieval + processing + answer, Table 8's total).
-The systems the paper reports but we cannot run, and why, are in paper/systems.json (`not_run`).
+The systems the paper reports but we cannot run, and why, are in experiments/systems.json (`not_run`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SYSTEMS = Path(__file__).resolve().parent / "paper" / "systems.json"
+from lazymem.experiments import EXPERIMENTS_DIR  # noqa: E402
+
+SYSTEMS = EXPERIMENTS_DIR / "systems.json"
 INGEST_KEYS = ("build_seconds", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens")
 
 

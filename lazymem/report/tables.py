@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazymem.eval.judge import describe_judge
+from lazymem.experiments import EXPERIMENTS_DIR
 from lazymem.report.costs import not_run, not_run_note
 from lazymem.stats import bootstrap_ci, paired_bootstrap
 
-PAPER = Path(__file__).resolve().parent / "paper"  # the paper's numbers, one file per experiment
+PAPER = EXPERIMENTS_DIR  # the paper's numbers, one file per experiment
 STAGES = ("total", "retrieval", "processing", "answer")
 STATS = ("mean", "median", "p90", "p95")
 STAGE_ORDER = ("base", "sft", "rl")
