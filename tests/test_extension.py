@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-
 from lazymem.conf import CONF_DIR
+
 from lazymem.llm.client import json_schema_format
 from lazymem.llm.roles import LLMSet
 from lazymem.preflight import problems as preflight_problems
@@ -152,3 +152,34 @@ def test_a_retriever_with_its_own_per_user_cache_forgets_with_the_user(outside, 
         left = [p.read_text() for p in (tmp_path / "data").rglob("seen.txt")]
         assert left == ["nothing to see"]
     assert not any("zq-4471" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_a_benchmark_with_a_decision_rule_of_your_own(outside):
+    """A judge style from outside (one module, one data config): its prompt, its labels, its rule named in
+    the summary's judge identity."""
+    from types import SimpleNamespace
+
+    from lazymem.data.schema import Question
+    from lazymem.eval.judge import Judge
+    from lazymem.llm.client import Decoding
+
+    class Client:
+        def __init__(self, reply):
+            self.reply, self.sent = reply, []
+            self.cfg = SimpleNamespace(served_name="judge", model_id="", decoding=Decoding(temperature=0.0))
+
+        async def chat(self, messages, **kwargs):
+            self.sent.append(messages[0]["content"])
+            return SimpleNamespace(text=self.reply, error=None, latency_s=0.0, finish_reason="stop")
+
+    data = composed(outside, "data=toy_scored").data
+    q = Question("q1", "single", "What is my pet called?", "Rex", "h1")
+    labels = {}
+    for reply in ("SCORE: 9", "SCORE: 3", "no idea"):
+        client = Client(reply)
+        judge = Judge.from_config(client, data)
+        labels[reply] = asyncio.run(judge(q, "Your dog is Rex."))[0]
+        assert "Reference: Rex" in client.sent[0] and "Reply with one line: SCORE" in client.sent[0]
+    assert labels == {"SCORE: 9": True, "SCORE: 3": False, "no idea": None}
+    assert judge.identity["style"] == "score" and "n >= 7" in judge.identity["decision_rule"]
+    assert judge.identity["metrics"] == ["exact"]  # the benchmark's metrics come along from toy.yaml

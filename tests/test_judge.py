@@ -5,13 +5,12 @@ from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
+from lazymem.conf import CONF_DIR
 from omegaconf import OmegaConf
 
-from lazymem.conf import CONF_DIR
 from lazymem.data.schema import Question
 from lazymem.eval.f1 import LocomoF1
-from lazymem.eval.judge import OFFICIAL_FILE, JudgePrompts, describe_judge, parse_label
-from lazymem.eval.pipeline import Judge
+from lazymem.eval.judge import OFFICIAL_FILE, Judge, describe_judge, judge_style
 from lazymem.eval.summary import read_summary
 from lazymem.llm.client import Decoding
 from lazymem.llm.completion import Completion
@@ -45,7 +44,7 @@ def question(**kw):
     ],
 )
 def test_longmemeval_labels_follow_the_official_rule(text, label):
-    assert parse_label("longmemeval", Completion(text).text) is label  # thinking split off by the reply
+    assert lme_prompts().label(Completion(text).text) is label  # thinking split off by the reply
 
 
 @pytest.mark.parametrize(
@@ -60,15 +59,15 @@ def test_longmemeval_labels_follow_the_official_rule(text, label):
     ],
 )
 def test_locomo_labels(text, label):
-    assert parse_label("locomo", Completion(text).text) is label
+    assert locomo_prompts().label(Completion(text).text) is label
 
 
 def lme_prompts(official_src=None):
-    return JudgePrompts("longmemeval", "judge_longmemeval", "judge_longmemeval_rules", official_src)
+    return judge_style("longmemeval", "judge_longmemeval", "judge_longmemeval_rules", official_src)
 
 
 def locomo_prompts(prompt="judge_locomo"):
-    return JudgePrompts("locomo", prompt)
+    return judge_style("locomo", prompt)
 
 
 def test_rules_follow_question_type_and_abstention():
@@ -92,12 +91,14 @@ def test_a_judge_is_declared_whole_by_the_benchmark():
         Judge.from_config(FakeClient("yes"), OmegaConf.create({"name": "toy"}))  # never a silent default
     with pytest.raises(ValueError, match="declares no judge"):
         Judge.from_config(FakeClient("yes"), OmegaConf.create({"name": "toy", "judge": "locomo"}))
-    with pytest.raises(ValueError, match="not in"):
-        JudgePrompts("exact-match", "judge_locomo")
+    with pytest.raises(ValueError, match="'exact-match': allowed values are longmemeval, locomo"):
+        judge_style("exact-match", "judge_locomo")
+    with pytest.raises(ValueError, match="not a subclass of lazymem.eval.judge.JudgeStyle"):
+        judge_style("json.JSONDecoder", "judge_locomo")
     with pytest.raises(ValueError, match="needs `rules`"):
-        JudgePrompts("longmemeval", "judge_longmemeval")
+        judge_style("longmemeval", "judge_longmemeval")
     with pytest.raises(ValueError, match="takes none"):
-        JudgePrompts("locomo", "judge_locomo", official_src="/somewhere")
+        judge_style("locomo", "judge_locomo", official_src="/somewhere")
     assert lme_prompts().version == lme_prompts().version != locomo_prompts().version
 
 
@@ -203,7 +204,7 @@ def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
     assert ident["model"] == "judge-model" and "contains 'yes'" in ident["decision_rule"]
     assert ident["metrics"] == []
     locomo = Judge.from_config(FakeClient("CORRECT"), cfg.benchmarks.locomo)
-    assert locomo.style == "locomo" and locomo.identity["metrics"] == ["f1"]
+    assert locomo.style.name == "locomo" and locomo.identity["metrics"] == ["f1"]
     assert locomo.identity["max_tokens"] == 256  # null budget: the judge role's own
     asyncio.run(locomo(question(type="single-hop"), "x"))
     assert "max_tokens" not in locomo.client.calls[-1]
@@ -213,7 +214,7 @@ def test_each_benchmark_gets_its_declared_judge_and_budget(tmp_path):
     fake_checkout(tmp_path)
     cfg = compose_paper(f"benchmarks.longmemeval.judge.official_src={tmp_path}")
     official = Judge.from_config(FakeClient("no"), cfg.benchmarks.longmemeval)
-    assert official.style == "longmemeval" and official.identity["prompts"].startswith("official:")
+    assert official.style.name == "longmemeval" and official.identity["prompts"].startswith("official:")
     assert len(official.identity["prompts_sha256"]) == 64
     line = describe_judge(official.identity)
     assert "judge-model" in line and "official:" in line and "max_tokens 10" in line
@@ -259,7 +260,7 @@ def test_cli_runs_record_their_judge_and_score_locomo_f1(tmp_path, locomo_file):
     assert judge["style"] == "longmemeval" and judge["max_tokens"] == 10 and judge["metrics"] == []
     assert judge["prompts"] == f"official:{(tmp_path / 'LongMemEval' / OFFICIAL_FILE).resolve()}"
     records = [json.loads(x) for x in (tmp_path / "lme" / "records.jsonl").read_text().splitlines()]
-    assert records and all(r["correct"] == parse_label("longmemeval", r["judge_raw"]) for r in records)
+    assert records and all(r["correct"] == lme_prompts().label(r["judge_raw"]) for r in records)
     assert "f1" not in summary["methods"]["oracle_turn"]
 
 

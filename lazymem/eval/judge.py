@@ -1,7 +1,9 @@
 """The LLM judge: correct / incorrect against the reference, with the raw judge text kept.
 
-Two styles (decision rule and prompt layout); every benchmark's data config declares its judge under
-`judge:` (style, prompt, rules, output budget), so a new benchmark never inherits another's:
+A judge style is a decision rule and a prompt layout, a small :class:`JudgeStyle` subclass. Every
+benchmark's data config declares its judge under `judge:` (style, prompt, rules, output budget), so a new
+benchmark never inherits another's; `style` is a registered name or the import path of your own subclass
+(a new decision rule is one module plus one data config). The two shipped styles:
 - `longmemeval`: a yes/no question whose rule depends on the question type (off-by-one day counts
   tolerated for temporal reasoning, updated value required for knowledge updates, rubric grading for
   preference questions, "not available" required for abstention questions). The decision rule is the
@@ -17,21 +19,20 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import ClassVar
 
+from hydra.utils import instantiate
+
+from lazymem.construct.processor import StageError
 from lazymem.data.schema import Question
 from lazymem.prompts import load, load_json
 
-STYLES = ("longmemeval", "locomo")
 _CORRECT_WRONG = re.compile(r"\b(correct|wrong|incorrect)\b", re.IGNORECASE)
-# How a judge reply becomes a label, per style (written into every summary).
-DECISION_RULES = {
-    "longmemeval": "correct iff the reply contains 'yes', any case (LongMemEval's evaluate_qa.py)",
-    "locomo": "first CORRECT / WRONG / INCORRECT in the reply; none = judge error",
-}
 # Where LongMemEval's own judge prompts live in a checkout of its repository, and their builder.
 OFFICIAL_FILE = "src/evaluation/evaluate_qa.py"
 OFFICIAL_FUNCTION = "get_anscheck_prompt"
@@ -75,29 +76,63 @@ def _literal(node: ast.expr) -> bool:
     return True
 
 
-class JudgePrompts:
-    """One benchmark's judge prompt, as its data config declares it (`judge.style`, `prompt`, `rules`).
+class JudgeStyle:
+    """A decision rule and a prompt layout. `prompt` is a bundled name or a path to a template with
+    {question}, {answer} (the reference) and {response}, plus whatever :meth:`fields` adds. Subclasses set
+    `name` and `rule` (how a reply becomes a label, written into every summary) and implement
+    :meth:`label`."""
 
-    `prompt` is a bundled name or a path, with {question}, {answer} (the reference) and {response}, plus
-    {rule} for the longmemeval style, whose per-question-type rules come from `rules` (a JSON file). With
-    `official_src` (a checkout of the LongMemEval repository) the longmemeval style's prompts come from
-    that checkout's own builder instead of the template.
-    """
+    name: ClassVar[str]
+    rule: ClassVar[str]
 
-    def __init__(
-        self, style: str, prompt: str, rules: str | None = None, official_src: str | None = None
-    ) -> None:
-        if style not in STYLES:
-            raise ValueError(f"judge.style {style!r} not in {STYLES}")
-        if style == "longmemeval" and not rules:
-            raise ValueError("the longmemeval judge style needs `rules` (e.g. judge_longmemeval_rules)")
-        self.style, self.prompt_name = style, prompt
-        self.template = load(prompt)
-        self.rules = load_json(rules) if style == "longmemeval" else None
-        self.official = self.official_sha256 = self.official_path = None
+    def __init__(self, prompt: str, rules: str | None = None, official_src: str | None = None) -> None:
+        if rules:
+            raise ValueError(f"judge style {self.name!r} takes no `rules`")
         if official_src:
-            if style != "longmemeval":
-                raise ValueError(f"judge.official_src is LongMemEval's checkout; style {style!r} takes none")
+            raise ValueError(f"judge.official_src is LongMemEval's checkout; style {self.name!r} takes none")
+        self.prompt_name, self.template = prompt, load(prompt)
+        self.official_sha256: str | None = None
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the prompts do (part of the cache key of every judge call)."""
+        return self.template.version
+
+    def source(self) -> str:
+        """Where the prompts come from: `lazymem` (bundled, our own words) or a path."""
+        return "lazymem" if self.template.bundled else str(self.template.path)
+
+    def fields(self, question: Question) -> dict[str, str]:
+        """Template fields beyond question, answer and response."""
+        return {}
+
+    def messages(self, question: Question, response: str) -> list[dict]:
+        text = self.template.format(
+            question=question.text, answer=question.answer, response=response, **self.fields(question)
+        )
+        return [{"role": "user", "content": text}]
+
+    def label(self, final: str) -> bool | None:
+        """True / False from the final text of the judge's reply (``Completion.text``); None = no label
+        (a judge error, counted, never a silent "incorrect")."""
+        raise NotImplementedError(f"judge style {self.name!r} does not say how a reply becomes a label")
+
+
+class LongMemEvalStyle(JudgeStyle):
+    """A yes/no question whose rule depends on the question type (`rules`, a JSON file of rule texts per
+    type, with `default` and `abstention`). With `official_src` (a checkout of the LongMemEval repository)
+    the prompts come from that checkout's own builder instead of the template."""
+
+    name = "longmemeval"
+    rule = "correct iff the reply contains 'yes', any case (LongMemEval's evaluate_qa.py)"
+
+    def __init__(self, prompt: str, rules: str | None = None, official_src: str | None = None) -> None:
+        if not rules:
+            raise ValueError("the longmemeval judge style needs `rules` (e.g. judge_longmemeval_rules)")
+        super().__init__(prompt)
+        self.rules = load_json(rules)
+        self.official = self.official_path = None
+        if official_src:
             self.official, self.official_sha256 = load_official(official_src)
             self.official_path = str(Path(official_src).expanduser().resolve() / OFFICIAL_FILE)
 
@@ -105,42 +140,114 @@ class JudgePrompts:
     def version(self) -> str:
         if self.official:
             return f"official-{self.official_sha256[:12]}"
-        rules = json.dumps(self.rules, sort_keys=True).encode() if self.rules is not None else b""
+        rules = json.dumps(self.rules, sort_keys=True).encode()
         return f"{self.template.version}-{hashlib.sha256(rules).hexdigest()[:8]}"
 
     def source(self) -> str:
-        """Where the prompts come from: `official:<file>`, `lazymem` (bundled, our own words) or a path."""
-        if self.official:
-            return f"official:{self.official_path}"
-        return "lazymem" if self.template.bundled else str(self.template.path)
+        return f"official:{self.official_path}" if self.official else super().source()
+
+    def fields(self, question: Question) -> dict[str, str]:
+        key = "abstention" if question.abstention else question.type
+        return {"rule": self.rules.get(key, self.rules["default"])}
 
     def messages(self, question: Question, response: str) -> list[dict]:
-        if self.official:
-            text = self.official(
-                question.type, question.text, question.answer, response, abstention=question.abstention
-            )
-        elif self.style == "longmemeval":
-            key = "abstention" if question.abstention else question.type
-            rule = self.rules.get(key, self.rules["default"])
-            text = self.template.format(
-                question=question.text, answer=question.answer, response=response, rule=rule
-            )
-        else:
-            text = self.template.format(question=question.text, answer=question.answer, response=response)
+        if not self.official:
+            return super().messages(question, response)
+        text = self.official(
+            question.type, question.text, question.answer, response, abstention=question.abstention
+        )
         return [{"role": "user", "content": text}]
 
+    def label(self, final: str) -> bool | None:
+        return "yes" in final.strip().lower()  # always a label: no "yes" is incorrect
 
-def parse_label(style: str, final: str) -> bool | None:
-    """The judge's label from the final text of its reply (``Completion.text``; see DECISION_RULES).
 
-    LongMemEval's rule always gives a label (no "yes" = incorrect); LoCoMo's is None without a label.
-    """
-    if style == "longmemeval":
-        return "yes" in final.strip().lower()
-    match = _CORRECT_WRONG.search(final)
-    if not match:
-        return None
-    return match.group(1).lower() == "correct"
+class LoCoMoStyle(JudgeStyle):
+    """Generous CORRECT / WRONG grading."""
+
+    name = "locomo"
+    rule = "first CORRECT / WRONG / INCORRECT in the reply; none = judge error"
+
+    def label(self, final: str) -> bool | None:
+        match = _CORRECT_WRONG.search(final)
+        return None if match is None else match.group(1).lower() == "correct"
+
+
+STYLES: dict[str, type[JudgeStyle]] = {s.name: s for s in (LongMemEvalStyle, LoCoMoStyle)}
+
+
+def judge_style(
+    style: str, prompt: str, rules: str | None = None, official_src: str | None = None
+) -> JudgeStyle:
+    """The style a data config names: a registered name, or the import path of a JudgeStyle subclass."""
+    allowed = f"allowed values are {', '.join(STYLES)}, or the import path of a JudgeStyle subclass"
+    if style in STYLES:
+        cls = STYLES[style]
+    elif isinstance(style, str) and "." in style:
+        module, _, attr = style.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"judge.style = {style!r} cannot be imported ({e}); {allowed}") from None
+        if not (isinstance(cls, type) and issubclass(cls, JudgeStyle)):
+            raise ValueError(f"judge.style = {style!r} is not a subclass of lazymem.eval.judge.JudgeStyle")
+    else:
+        raise ValueError(f"judge.style = {style!r}: {allowed}")
+    return cls(prompt, rules, official_src)
+
+
+class Judge:
+    """One benchmark's LLM judge (its style, client and output budget) and its model-free metrics (e.g.
+    LoCoMo's token F1)."""
+
+    def __init__(self, client, style: JudgeStyle, max_tokens=None, metrics=None):
+        self.client, self.style = client, style
+        self.max_tokens = max_tokens  # the benchmark's output budget, a decoding override; None = the role's
+        self.metrics = dict(metrics or {})  # name -> callable(question, answer) -> float | None
+
+    @classmethod
+    def from_config(cls, client, data) -> Judge:
+        """The judge and metrics a benchmark's data config declares (`judge:` and `metrics:`)."""
+        spec = data.get("judge")
+        if not hasattr(spec, "get") or not spec.get("style"):
+            raise ValueError(
+                f"the data config of {data.get('name')!r} declares no judge: add a `judge:` block with "
+                "style, prompt (and rules for the longmemeval style), as conf/data/*.yaml do"
+            )
+        style = judge_style(spec.style, spec.prompt, spec.get("rules"), spec.get("official_src"))
+        metrics = {name: instantiate(m) for name, m in (data.get("metrics") or {}).items()}
+        return cls(client, style, spec.get("max_tokens"), metrics)
+
+    @property
+    def identity(self) -> dict:
+        """Who judged and how: written into every summary and named in the results' captions."""
+        cfg = self.client.cfg
+        return {
+            "model": cfg.served_name,
+            "model_id": cfg.model_id or None,
+            "style": self.style.name,
+            "prompts": self.style.source(),
+            "prompts_sha256": self.style.official_sha256,
+            "prompt_version": self.style.version,
+            "decision_rule": self.style.rule,
+            "temperature": cfg.decoding.temperature,
+            "max_tokens": cfg.decoding.max_tokens if self.max_tokens is None else self.max_tokens,
+            "metrics": sorted(self.metrics),
+        }
+
+    async def __call__(self, question: Question, answer: str):
+        chat = self.style.messages(question, answer)
+        budget = {} if self.max_tokens is None else {"max_tokens": int(self.max_tokens)}
+        reply = await self.client.chat(chat, prompt_version=self.style.version, **budget)
+        if reply.error:
+            raise StageError(f"judge call failed: {reply.error}")
+        if not reply.text.strip():  # never a silent "incorrect" for a judge cut short while thinking
+            raise StageError(f"judge gave no final text (finish_reason={reply.finish_reason})")
+        return self.style.label(reply.text), reply.text, reply.latency_s
+
+    def scores(self, question: Question, answer: str) -> dict:
+        """The model-free metrics of one answer; a failed question is scored with an empty answer."""
+        return {name: metric(question, answer) for name, metric in self.metrics.items()}
 
 
 def describe_judge(identity: dict | None) -> str:

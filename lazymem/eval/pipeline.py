@@ -9,12 +9,10 @@ from __future__ import annotations
 import time
 import traceback
 
-from hydra.utils import instantiate
-
 from lazymem import interrupt
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import History, Question, query_time
-from lazymem.eval.judge import DECISION_RULES, JudgePrompts, contains_reference, parse_label
+from lazymem.eval.judge import Judge, contains_reference
 from lazymem.llm.client import ProviderRefused
 from lazymem.methods.base import Context, MemoryBlock, NotApplicable
 from lazymem.prompts import Template
@@ -42,59 +40,6 @@ class Answerer:
         if not reply.text.strip():  # it thought until the budget ran out: no answer, not a wrong one
             raise StageError(f"answer model gave no final text (finish_reason={reply.finish_reason})")
         return reply.text.strip(), reply.reasoning or "", reply.latency_s
-
-
-class Judge:
-    """One benchmark's LLM judge and its model-free metrics (e.g. LoCoMo's token F1)."""
-
-    def __init__(self, client, prompts: JudgePrompts, max_tokens=None, metrics=None):
-        self.client, self.prompts, self.style = client, prompts, prompts.style
-        self.max_tokens = max_tokens  # the benchmark's output budget, a decoding override; None = the role's
-        self.metrics = dict(metrics or {})  # name -> callable(question, answer) -> float | None
-
-    @classmethod
-    def from_config(cls, client, data) -> Judge:
-        """The judge and metrics a benchmark's data config declares (`judge:` and `metrics:`)."""
-        spec = data.get("judge")
-        if not hasattr(spec, "get") or not spec.get("style"):
-            raise ValueError(
-                f"the data config of {data.get('name')!r} declares no judge: add a `judge:` block with "
-                "style, prompt (and rules for the longmemeval style), as conf/data/*.yaml do"
-            )
-        prompts = JudgePrompts(spec.style, spec.prompt, spec.get("rules"), spec.get("official_src"))
-        metrics = {name: instantiate(m) for name, m in (data.get("metrics") or {}).items()}
-        return cls(client, prompts, spec.get("max_tokens"), metrics)
-
-    @property
-    def identity(self) -> dict:
-        """Who judged and how: written into every summary and named in the results' captions."""
-        cfg = self.client.cfg
-        return {
-            "model": cfg.served_name,
-            "model_id": cfg.model_id or None,
-            "style": self.style,
-            "prompts": self.prompts.source(),
-            "prompts_sha256": self.prompts.official_sha256,
-            "prompt_version": self.prompts.version,
-            "decision_rule": DECISION_RULES[self.style],
-            "temperature": cfg.decoding.temperature,
-            "max_tokens": cfg.decoding.max_tokens if self.max_tokens is None else self.max_tokens,
-            "metrics": sorted(self.metrics),
-        }
-
-    async def __call__(self, question: Question, answer: str):
-        chat = self.prompts.messages(question, answer)
-        budget = {} if self.max_tokens is None else {"max_tokens": int(self.max_tokens)}
-        reply = await self.client.chat(chat, prompt_version=self.prompts.version, **budget)
-        if reply.error:
-            raise StageError(f"judge call failed: {reply.error}")
-        if not reply.text.strip():  # never a silent "incorrect" for a judge cut short while thinking
-            raise StageError(f"judge gave no final text (finish_reason={reply.finish_reason})")
-        return parse_label(self.style, reply.text), reply.text, reply.latency_s
-
-    def scores(self, question: Question, answer: str) -> dict:
-        """The model-free metrics of one answer; a failed question is scored with an empty answer."""
-        return {name: metric(question, answer) for name, metric in self.metrics.items()}
 
 
 async def evaluate_question(

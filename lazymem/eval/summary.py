@@ -73,7 +73,7 @@ class MethodSummary(TypedDict, total=False):
 
 class BenchmarkSummary(TypedDict):
     dataset: str | None  # the dataset's name (meta.json holds its path and sha256)
-    judge: dict[str, Any]  # eval/pipeline.Judge.identity
+    judge: dict[str, Any]  # eval/judge.Judge.identity
     methods: dict[str, MethodSummary]
     resume_dropped: dict[str, int]  # records a resumed run dropped: errors (retried), torn lines
 

@@ -16,9 +16,10 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from lazymem.data import load_dataset
+from lazymem.eval.judge import Judge
 from lazymem.eval.latency import LatencyRuns
 from lazymem.eval.metrics import summarize
-from lazymem.eval.pipeline import Answerer, Judge, evaluate_question
+from lazymem.eval.pipeline import Answerer, evaluate_question
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.results import render_results
 from lazymem.eval.summary import BenchmarkSummary, summary, write_summary

@@ -21,8 +21,8 @@ from lazymem.construct.windows import expanded_indices
 from lazymem.data import load_dataset
 from lazymem.data.schema import query_time
 from lazymem.eval import perturb
-from lazymem.eval.judge import contains_reference
-from lazymem.eval.pipeline import Answerer, Judge
+from lazymem.eval.judge import Judge, contains_reference
+from lazymem.eval.pipeline import Answerer
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.roles import build_llms
