@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from lazymem.conf import CONF_DIR
 
+from lazymem.conf import CONF_DIR
 from lazymem.llm.client import json_schema_format
 from lazymem.llm.roles import LLMSet
 from lazymem.preflight import problems as preflight_problems

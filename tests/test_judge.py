@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
-from lazymem.conf import CONF_DIR
 from omegaconf import OmegaConf
 
+from lazymem.conf import CONF_DIR
 from lazymem.data.schema import Question
 from lazymem.eval.f1 import LocomoF1
 from lazymem.eval.judge import OFFICIAL_FILE, Judge, describe_judge, judge_style

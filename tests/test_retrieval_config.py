@@ -86,8 +86,9 @@ QWEN3_QUERY = (
 DIFFERENCES = {
     "hybrid": ((), {}),
     "hybrid_tuned": ((), {"retrievers.bm25.template": "{time} {role}: {text}"}),
-    "bm25": (("retrievers.dense.", "fusion.depth.dense", "fusion.weights."), {"fusion.depth.bm25": None}),
-    "dense": (("retrievers.bm25.", "fusion.depth.bm25", "fusion.weights."), {"fusion.depth.dense": None}),
+    # one retriever: the hybrid with the other switched off (its fusion entries stay, unused)
+    "bm25": (("retrievers.dense.",), {"retrievers.dense": None, "fusion.depth.bm25": None}),
+    "dense": (("retrievers.bm25.",), {"retrievers.bm25": None, "fusion.depth.dense": None}),
     "paper_gpu": (
         ("retrievers.dense.encoder.model_kwargs",),
         {
