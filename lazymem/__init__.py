@@ -5,7 +5,18 @@
 LAYERS = (
     # foundations: configs, the paper's numbers, the data schema, prompts, token counts, storage and process
     # helpers (conf and experiments live at the top of the checkout: pyproject.toml maps them in)
-    ("conf", "experiments", "data", "prompts", "tokens", "sqlite", "stats", "subproc", "interrupt", "rundir"),
+    (
+        "conf",
+        "experiments",
+        "data",
+        "prompts",
+        "tokens",
+        "sqlite",
+        "numeric",
+        "subproc",
+        "interrupt",
+        "rundir",
+    ),
     # model memory estimates (from configs and weights alone)
     ("model_memory",),
     # serving (LLM backends, servers, clients) and retrieval

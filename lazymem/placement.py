@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from lazymem.llm.backends import Backend, get_backend
 from lazymem.llm.cache import canonical_json
-from lazymem.llm.roles import role_config, to_dict
+from lazymem.llm.llm_set import role_config, to_dict
 from lazymem.model_memory import kv_gib, model_gib
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 
 from lazymem.llm.backends import get_backend, has_gpu
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 from lazymem.methods.base import Method
 from lazymem.placement import gpu_inventory, plan_problems
 

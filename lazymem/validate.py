@@ -17,7 +17,7 @@ from lazymem.conf import CONF_DIR
 from lazymem.construct.processor import FALLBACKS
 from lazymem.llm.backends import get_backend
 from lazymem.llm.client import CONTEXT_POLICIES, Decoding
-from lazymem.llm.roles import merge, to_dict
+from lazymem.llm.llm_set import merge, to_dict
 from lazymem.retrieval.bm25 import BACKENDS as BM25_BACKENDS
 
 METHOD_CONF = CONF_DIR / "method"

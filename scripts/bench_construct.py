@@ -26,7 +26,7 @@ from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.construct.windows import build_windows
 from lazymem.data import locomo, longmemeval, synthetic
 from lazymem.data.schema import query_time
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.prompts import load
 from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.hybrid import HybridRetriever

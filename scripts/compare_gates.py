@@ -37,7 +37,7 @@ from lazymem.conf import CONF_DIR
 from lazymem.construct.render import render_memory, render_raw
 from lazymem.data import load_dataset
 from lazymem.data.schema import query_time
-from lazymem.llm.roles import LLMSet
+from lazymem.llm.llm_set import LLMSet
 from lazymem.methods.base import Context
 from lazymem.methods.extractive_gate import BUNDLED, GateModel, featurize, window_reward
 from lazymem.methods.lazymem import LazyMem

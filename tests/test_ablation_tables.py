@@ -9,10 +9,10 @@ import yaml
 
 from lazymem.eval.metrics import summarize
 from lazymem.eval.summary import summary, write_summary
+from lazymem.numeric import bootstrap_ci
 from lazymem.report import ablation_tables
 from lazymem.report.collect import load_runs, rows
 from lazymem.report.tables import build_tables, load_references
-from lazymem.stats import bootstrap_ci
 
 NANO = "lazymem.methods.nanomemory.NanoMemory"
 

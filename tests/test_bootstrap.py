@@ -1,6 +1,6 @@
-"""Question-level bootstrap intervals (lazymem/stats.py) behind every report table's CI columns."""
+"""Question-level bootstrap intervals (lazymem/numeric.py) behind every report table's CI columns."""
 
-from lazymem.stats import bootstrap_ci, paired_bootstrap
+from lazymem.numeric import bootstrap_ci, paired_bootstrap
 
 
 def test_interval_brackets_the_mean_and_is_reproducible():

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR as CONF
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 
 from test_main_table import METHODS
 

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR
 from lazymem.llm.client import json_schema_format
-from lazymem.llm.roles import LLMSet
+from lazymem.llm.llm_set import LLMSet
 from lazymem.preflight import problems as preflight_problems
 from lazymem.validate import problems as validate_problems
 

@@ -11,7 +11,7 @@ from test_llm_roles import llm_conf
 
 from lazymem.construct.windows import build_windows
 from lazymem.data.schema import History, Message, Question
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.methods.base import Context
 from lazymem.methods.lazymem import LazyMem
 from lazymem.retrieval.base import SearchResult

@@ -135,6 +135,26 @@ def test_stats_say_which_server_answered_without_credentials():
     assert "secret" not in json.dumps(LLMClient(cfg).stats())
 
 
+def test_close_closes_the_http_client_on_its_own_loop(api):
+    srv = api(lambda n, b: (200, reply("ok"), 0, {}))
+    c = client(srv.url)
+    run(c.chat(MSGS))  # its loop is closed now: the connections went with it
+    c.close()
+    assert c._client is None
+    loop = asyncio.new_event_loop()  # a loop that keeps running (the agent service's)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(c.chat(MSGS), loop).result(10)
+    http = c._client
+    c.close()  # from another thread: scheduled on the client's loop
+    deadline = time.monotonic() + 5
+    while not http.is_closed() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert http.is_closed() and c._client is None
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
 def test_success_records_text_usage_and_request(api):
     srv = api(lambda n, b: (200, reply("Paris", pt=11, ct=4), 0, {}))
     c = client(srv.url, decoding=Decoding(temperature=0.0, top_p=0.9, max_tokens=7, seed=5))

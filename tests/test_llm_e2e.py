@@ -11,8 +11,8 @@ from test_llm_roles import llm_conf
 from test_llm_servers import alive, group_members, spawn_parent, wait_until
 
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient, json_schema_format
+from lazymem.llm.llm_set import build_llms
 from lazymem.llm.models import resolve_model
-from lazymem.llm.roles import build_llms
 from lazymem.llm.servers import LlamaCppServer
 
 pytestmark = [

@@ -21,7 +21,7 @@ from lazymem.llm.backends import (
     get_backend,
     vllm_problems,
 )
-from lazymem.llm.roles import LLMSet, ServerRegistry, role_config
+from lazymem.llm.llm_set import LLMSet, ServerRegistry, role_config
 
 CONF = CONF_DIR
 

@@ -18,6 +18,7 @@ import sys
 import time
 from contextlib import closing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,13 +27,29 @@ pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[m
 from standin import STANDIN_OVERRIDES, standin_env  # noqa: E402
 from test_mem0 import guarded_env  # noqa: E402
 
-from lazymem.methods.mem0_store import stored_memories  # noqa: E402
+from lazymem.methods import mem0_store as ms  # noqa: E402
 
 from conftest import SMOLLM2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_mem0 import truncate_locomo  # noqa: E402
+
+
+def stored_memories(path: Path) -> list[tuple[str, str, str]]:
+    """(owner, timestamp, text) of every memory in the finished embedded store at `path`, read without an
+    LLM or an encoder."""
+    ledger = ms._read_ledger(path)
+    assert ledger is not None, f"{path} is not a finished Mem0 store"
+    main = ms.import_mem0(path.parent / "mem0_home")
+    spec = ms.StoreSpec(path.parent, None, 1, ledger["key"]["custom_instructions"])
+    embedder = SimpleNamespace(dims=ledger["embedding_dims"])
+    store = ms.Store(ms.open_memory(main, path, spec, ms.COLLECTION, None, embedder), path, ledger)
+    try:
+        return store.all_memories()
+    finally:
+        store.close()
+
 
 pytestmark = pytest.mark.slow
 

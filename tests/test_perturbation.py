@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR as CONF
-from lazymem.eval.perturb import summarize, variant_names, variants
+from lazymem.eval.perturbed_memories import summarize, variant_names, variants
 from lazymem.eval.summary import read_summary
 from lazymem.tracking import outputs
 

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from lazymem import placement, preflight
 from lazymem.conf import CONF_DIR
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 from lazymem.model_memory import kv_gib, model_gib
 from lazymem.placement import Gpu, plan_problems
 from lazymem.preflight import roles_used

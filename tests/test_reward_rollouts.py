@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR as CONF
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 from lazymem.tracking import outputs
 from lazymem.train.diagnostics import load_jsonl, reward_ordering
 

@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 
 from lazymem.data.schema import Question
-from lazymem.data.split import allocate, count_table, make_split, split_sizes
+from lazymem.data.stratified_split import allocate, count_table, make_split, split_sizes
 
 TABLE_9 = {  # type: (total, train, val, test), the paper's Appendix D.1
     "single-session-user": (70, 50, 6, 14),

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from lazymem.stats import describe, percentile
+from lazymem.numeric import describe, percentile
 from lazymem.tokens import count_tokens
 
 

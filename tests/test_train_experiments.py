@@ -9,7 +9,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 
 
 def experiment(name: str, *overrides: str):

@@ -11,7 +11,7 @@ from test_llm_roles import llm_conf
 
 from lazymem.data.synthetic import load as synthetic
 from lazymem.llm.client import Completion
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.prompts import load
 from lazymem.train import reward as reward_mod
 from lazymem.train.quality_judge import JudgeScore, build_messages, load_template

@@ -17,7 +17,7 @@ from lazymem.conf import CONF_DIR
 from lazymem.construct.accuracy import action_reward, category_accuracy
 from lazymem.construct.decisions import ERROR_CODES
 from lazymem.llm.client import Completion
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 from lazymem.train.curriculum import ENV_STATE, Curriculum
 from lazymem.train.quality_judge import (
     JudgeConfig,

@@ -15,7 +15,7 @@ from test_llm_roles import llm_conf
 
 from lazymem.llm.backends import get_backend
 from lazymem.llm.client import json_schema_format
-from lazymem.llm.roles import build_llms, role_config
+from lazymem.llm.llm_set import build_llms, role_config
 
 from conftest import ROOT
 

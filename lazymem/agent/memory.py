@@ -37,7 +37,7 @@ from typing import Any
 
 from lazymem.agent.store import NewMessage, SQLiteStore, Store, StoredMessage, UnknownUser
 from lazymem.data.schema import History, Message, Question
-from lazymem.llm.roles import LLMSet, ServerRegistry
+from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
 from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever

@@ -12,7 +12,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from lazymem.data.schema import DataError, Dataset, History, Message, Question
-from lazymem.data.split import SPLITS, make_split
+from lazymem.data.stratified_split import SPLITS, make_split
 
 __all__ = [
     "Dataset",

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 from lazymem.eval.records import Record
 from lazymem.eval.summary import Construction, MethodSummary
-from lazymem.stats import describe, mean
+from lazymem.numeric import describe, mean
 
 STAGES = ("retrieval", "processing", "answer", "judge", "total")
 

@@ -26,7 +26,7 @@ class SummaryError(ValueError):
 
 
 class Stat(TypedDict):
-    """lazymem.stats.describe of a list of numbers."""
+    """lazymem.numeric.describe of a list of numbers."""
 
     n: int
     mean: float | None

@@ -353,7 +353,13 @@ class LLMClient:
             "dialect": self.cfg.dialect.name,
         }
 
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-        self._client = None
+    def close(self) -> None:
+        """Close the HTTP client on the event loop it was opened on: scheduled there while that loop runs
+        (the agent service's), run to the end on a stopped one; a closed loop took its connections along."""
+        client, loop, self._client = self._client, self._loop, None
+        if client is None or loop is None or loop.is_closed():
+            return
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(client.close(), loop)
+        else:
+            loop.run_until_complete(client.close())

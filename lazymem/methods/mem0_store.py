@@ -32,7 +32,6 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from lazymem import interrupt
@@ -371,22 +370,6 @@ async def _ingest(main, history, spec, tmp, key, collection, llm, embedder, usag
         close_memory(memory)
     (tmp / LEDGER).write_text(json.dumps(ledger, indent=1))
     return ledger
-
-
-def stored_memories(path: Path) -> list[tuple[str, str, str]]:
-    """(owner, timestamp, text) of every memory in the finished embedded store at `path`, read without an
-    LLM or an encoder."""
-    ledger = _read_ledger(path)
-    if ledger is None:
-        raise FileNotFoundError(f"{path} is not a finished Mem0 store (no {LEDGER})")
-    main = import_mem0(path.parent / "mem0_home")
-    spec = StoreSpec(path.parent, None, 1, ledger["key"]["custom_instructions"])
-    embedder = SimpleNamespace(dims=ledger["embedding_dims"])
-    store = Store(open_memory(main, path, spec, COLLECTION, None, embedder), path, ledger)
-    try:
-        return store.all_memories()
-    finally:
-        store.close()
 
 
 def _read_ledger(path: Path) -> dict[str, Any] | None:

@@ -8,9 +8,9 @@ one row per (top-k sessions, constructor). Table 11 from runs whose summary.json
 
 from __future__ import annotations
 
+from lazymem.numeric import mean
 from lazymem.report.collect import Run, correct_by_question
 from lazymem.report.tables import CI_NOTE, STATS, Cell, Table, ci_cells
-from lazymem.stats import mean
 
 NANOMEMORY = "lazymem.methods.nanomemory.NanoMemory"
 REWARDS = {"micro": "Micro (Eq. 10)", "symmetric": "Symmetric (Eq. 11)", "ours": "Ours (Eq. 12)"}

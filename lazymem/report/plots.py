@@ -14,9 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lazymem.numeric import mean  # noqa: E402
 from lazymem.report.costs import cost_plot  # noqa: E402
 from lazymem.report.tables import STAGE_ORDER, _is_lazymem  # noqa: E402
-from lazymem.stats import mean  # noqa: E402
 
 GREY = "#9a9a9a"
 

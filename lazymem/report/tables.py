@@ -16,8 +16,8 @@ from pathlib import Path
 
 from lazymem.eval.judge import describe_judge
 from lazymem.experiments import EXPERIMENTS_DIR
+from lazymem.numeric import bootstrap_ci, paired_bootstrap
 from lazymem.report.costs import not_run, not_run_note
-from lazymem.stats import bootstrap_ci, paired_bootstrap
 
 PAPER = EXPERIMENTS_DIR  # the paper's numbers, one file per experiment
 STAGES = ("total", "retrieval", "processing", "answer")

@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset, split_data
 from lazymem.data.schema import query_time
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.train import rl_data

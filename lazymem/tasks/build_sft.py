@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset, split_data
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens

@@ -14,8 +14,8 @@ from tqdm import tqdm
 
 from lazymem.data import load_dataset
 from lazymem.eval.coverage import aggregate, question_coverage
+from lazymem.numeric import describe
 from lazymem.preflight import require_placement
-from lazymem.stats import describe
 
 
 def run(cfg, run) -> dict:

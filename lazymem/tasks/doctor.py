@@ -21,8 +21,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lazymem.llm.backends import get_backend
+from lazymem.llm.llm_set import role_config
 from lazymem.llm.models import resolve_model
-from lazymem.llm.roles import role_config
 from lazymem.llm.runtime import cpu_features, llama_build_info
 from lazymem.llm.servers import LlamaCppServer, ServerStartError
 

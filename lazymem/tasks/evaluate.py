@@ -23,7 +23,7 @@ from lazymem.eval.pipeline import Answerer, evaluate_question
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.results import render_results
 from lazymem.eval.summary import BenchmarkSummary, summary, write_summary
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.methods.base import Context, Method
 from lazymem.preflight import require
 from lazymem.prompts import load

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from lazymem.data import load_dataset
 from lazymem.eval.summary import summary, write_summary
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import require
 from lazymem.report.collect import load_run, rows
 from lazymem.report.tables import build_tables, write_tables

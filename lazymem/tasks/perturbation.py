@@ -1,8 +1,8 @@
 """task=perturbation: controlled memory perturbations (paper Appendix E.1, Table 12).
 
 Per question: retrieve the local context (top-n expanded by w), build every perturbed memory
-(lazymem/eval/perturb.py), answer each with the answer role and judge it with the judge role, exactly as
-task=evaluate does. Writes records.jsonl (one line per memory; `resume=true` continues a run),
+(lazymem/eval/perturbed_memories.py), answer each with the answer role and judge it with the judge role,
+exactly as task=evaluate does. Writes records.jsonl (one line per memory; `resume=true` continues a run),
 summary.json (eval/summary.py: Table 12's numbers under tables.perturbation), and Table 12 with the paper's
 numbers beside ours as table12.md and table12_ours.csv (task=report renders it again from summary.json).
 Questions without gold evidence have nothing to perturb and are skipped (counted in the summary).
@@ -20,12 +20,12 @@ from lazymem.construct.processor import StageError
 from lazymem.construct.windows import expanded_indices
 from lazymem.data import load_dataset
 from lazymem.data.schema import query_time
-from lazymem.eval import perturb
+from lazymem.eval import perturbed_memories as perturb
 from lazymem.eval.judge import Judge, contains_reference
 from lazymem.eval.pipeline import Answerer
 from lazymem.eval.records import Records, read_records
 from lazymem.eval.summary import summary, write_summary
-from lazymem.llm.roles import build_llms
+from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import require
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table12

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.eval.records import read_records
 from lazymem.eval.summary import summary, write_summary
-from lazymem.llm.roles import build_llms, role_config
+from lazymem.llm.llm_set import build_llms, role_config
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table11

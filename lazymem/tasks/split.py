@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from lazymem.data import load_dataset
-from lazymem.data.split import SPLITS, count_table, make_split
+from lazymem.data.stratified_split import SPLITS, count_table, make_split
 
 
 def run(cfg, run) -> dict:

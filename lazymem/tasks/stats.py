@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 from lazymem.data import load_dataset
-from lazymem.stats import describe
+from lazymem.numeric import describe
 from lazymem.tokens import count_tokens
 
 

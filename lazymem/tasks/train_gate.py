@@ -35,7 +35,7 @@ from lazymem.methods.extractive_gate import (
     featurize,
     window_reward,
 )
-from lazymem.stats import mean
+from lazymem.numeric import mean
 from lazymem.tokens import count_tokens
 
 

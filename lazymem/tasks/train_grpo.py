@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from lazymem import tracking
 from lazymem.llm.backends import gpu_count
-from lazymem.llm.roles import role_config
+from lazymem.llm.llm_set import role_config
 from lazymem.subproc import stream
 from lazymem.train.checkpoint_select import select_rl_checkpoint
 from lazymem.train.grpo_config import command, overrides

@@ -29,7 +29,7 @@ from typing import Any
 
 from lazymem.llm.cache import LLMCache, canonical_json
 from lazymem.llm.client import json_schema_format
-from lazymem.llm.roles import ServerRegistry, build_client, to_dict
+from lazymem.llm.llm_set import ServerRegistry, build_client, to_dict
 
 log = logging.getLogger(__name__)
 

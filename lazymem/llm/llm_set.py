@@ -149,6 +149,11 @@ class LLMSet:
         return out
 
     def close(self) -> None:
+        """Close the clients this set opened, its own servers, and the cache."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
         if self._own_registry:
             self.registry.close()
         if self.cache is not None:

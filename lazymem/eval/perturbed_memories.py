@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from lazymem.construct.render import render_raw
 from lazymem.data.schema import History
 from lazymem.methods.base import MemoryBlock
-from lazymem.stats import bootstrap_ci, mean, paired_bootstrap
+from lazymem.numeric import bootstrap_ci, mean, paired_bootstrap
 
 REFERENCE = "full_gold"
 
