@@ -146,14 +146,13 @@ def test_shell_completion_of_the_console_script(installed, tmp_path):
 
 def test_the_editable_install_runs_a_task_from_outside_the_checkout(tmp_path):
     """.venv's lazymem (pip install -e, with conf/ and experiments/ mapped in) works from any directory."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAZYMEM_", "PYTHON", "VIRTUAL_ENV"))}
-    env["LAZYMEM_CACHE"] = str(tmp_path / "cache")
+    venv = Path(sys.executable).parent.parent
+    env = outside(tmp_path, venv)
     code = "import lazymem.conf as c, lazymem.experiments as e; print(c.CONF_DIR, e.EXPERIMENTS_DIR)"
-    conf, experiments = sh(sys.executable, "-c", code, cwd=tmp_path, env=env).stdout.split()
+    conf, experiments = sh(venv / "bin" / "python", "-c", code, cwd=tmp_path, env=env).stdout.split()
     assert (Path(conf), Path(experiments)) == (ROOT / "conf", ROOT / "experiments")
-    lazymem = Path(sys.executable).parent / "lazymem"
     sh(
-        lazymem,
+        "lazymem",
         "task=stats",
         "data=synthetic",
         "logger=none",

@@ -22,21 +22,11 @@ from lazymem.llm.servers import VllmServer, free_port
 from lazymem.train.diagnostics import load_jsonl
 
 from conftest import ROOT, run_cli
+from test_main_table import METHODS
 
 pytestmark = pytest.mark.slow
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 SFT_VENV = ROOT / ".venv-sft"
-METHODS = {
-    "oracle_turn",
-    "oracle_session",
-    "rag_top20",
-    "rag_top50",
-    "nanomemory",
-    "mem0",
-    "lazymem_32b",
-    "lazymem_4b",
-    "full_history",
-}
 
 
 def script(*args) -> None:
