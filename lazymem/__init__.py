@@ -17,6 +17,8 @@ LAYERS = (
         "interrupt",
         "rundir",
     ),
+    # classes a config names by registered name or import path (backends, judge styles)
+    ("registry",),
     # model memory estimates (from configs and weights alone)
     ("model_memory",),
     # serving (LLM backends, servers, clients) and retrieval

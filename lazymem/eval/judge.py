@@ -31,6 +31,7 @@ from hydra.utils import instantiate
 from lazymem.construct.processor import StageError
 from lazymem.data.schema import Question
 from lazymem.prompts import load, load_json
+from lazymem.registry import named_class
 
 _CORRECT_WRONG = re.compile(r"\b(correct|wrong|incorrect)\b", re.IGNORECASE)
 # Where LongMemEval's own judge prompts live in a checkout of its repository, and their builder.
@@ -180,19 +181,7 @@ def judge_style(
     style: str, prompt: str, rules: str | None = None, official_src: str | None = None
 ) -> JudgeStyle:
     """The style a data config names: a registered name, or the import path of a JudgeStyle subclass."""
-    allowed = f"allowed values are {', '.join(STYLES)}, or the import path of a JudgeStyle subclass"
-    if style in STYLES:
-        cls = STYLES[style]
-    elif isinstance(style, str) and "." in style:
-        module, _, attr = style.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"judge.style = {style!r} cannot be imported ({e}); {allowed}") from None
-        if not (isinstance(cls, type) and issubclass(cls, JudgeStyle)):
-            raise ValueError(f"judge.style = {style!r} is not a subclass of lazymem.eval.judge.JudgeStyle")
-    else:
-        raise ValueError(f"judge.style = {style!r}: {allowed}")
+    cls = named_class(style, STYLES, JudgeStyle, "judge.style")
     return cls(prompt, rules, official_src)
 
 

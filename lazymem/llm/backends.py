@@ -11,7 +11,6 @@ named after the backend (``llamacpp:``, ``vllm:``, ``toy:``).
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any, ClassVar
 
 from lazymem.llm.models import model_identity, resolve_model
 from lazymem.llm.servers import LLAMACPP_N_CTX, Endpoint, LlamaCppServer, VllmServer
+from lazymem.registry import named_class
 
 
 @dataclass(frozen=True)
@@ -339,19 +339,7 @@ BACKENDS: dict[str, type[Backend]] = {
 
 def backend_class(name: Any) -> type[Backend]:
     """A registered backend by name, or a :class:`Backend` subclass by dotted import path."""
-    if isinstance(name, str) and name in BACKENDS:
-        return BACKENDS[name]
-    allowed = f"allowed values are {', '.join(BACKENDS)}, or the import path of a Backend class"
-    if not isinstance(name, str) or "." not in name:
-        raise ValueError(f"backend = {name!r}: {allowed}")
-    module, _, attr = name.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"backend = {name!r} cannot be imported ({e}); {allowed}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise ValueError(f"backend = {name!r} is not a subclass of lazymem.llm.backends.Backend")
-    return cls
+    return named_class(name, BACKENDS, Backend, "backend")
 
 
 def get_backend(rc: dict[str, Any]) -> Backend:
