@@ -80,10 +80,8 @@ def test_the_installed_package_is_what_runs(installed, tmp_path):
     assert list(package.glob("prompts/*.txt")) and list(package.glob("experiments/*.json"))
 
 
-def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
-    venv, _ = installed
-    env = outside(tmp_path, venv)
-    assert Path(shutil.which("lazymem", path=env["PATH"])) == venv / "bin" / "lazymem"
+def stats_from_outside(tmp_path, env) -> dict:
+    """`lazymem task=stats` on the synthetic data, run in `tmp_path` with `env`: its stats.json."""
     sh(
         "lazymem",
         "task=stats",
@@ -93,7 +91,14 @@ def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
         cwd=tmp_path,
         env=env,
     )
-    stats = json.loads((tmp_path / "run" / "stats.json").read_text())
+    return json.loads((tmp_path / "run" / "stats.json").read_text())
+
+
+def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
+    venv, _ = installed
+    env = outside(tmp_path, venv)
+    assert Path(shutil.which("lazymem", path=env["PATH"])) == venv / "bin" / "lazymem"
+    stats = stats_from_outside(tmp_path, env)
     assert stats["dataset"] == "synthetic" and stats["questions"] == 14
     info = sh("lazymem", "--info", "searchpath", cwd=tmp_path, env=env).stdout
     assert "pkg://lazymem.conf" in info and "file://" not in info  # the bundled configs only
@@ -151,13 +156,4 @@ def test_the_editable_install_runs_a_task_from_outside_the_checkout(tmp_path):
     code = "import lazymem.conf as c, lazymem.experiments as e; print(c.CONF_DIR, e.EXPERIMENTS_DIR)"
     conf, experiments = sh(venv / "bin" / "python", "-c", code, cwd=tmp_path, env=env).stdout.split()
     assert (Path(conf), Path(experiments)) == (ROOT / "conf", ROOT / "experiments")
-    sh(
-        "lazymem",
-        "task=stats",
-        "data=synthetic",
-        "logger=none",
-        f"hydra.run.dir={tmp_path}/run",
-        cwd=tmp_path,
-        env=env,
-    )
-    assert json.loads((tmp_path / "run" / "stats.json").read_text())["questions"] == 14
+    assert stats_from_outside(tmp_path, env)["questions"] == 14
