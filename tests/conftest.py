@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from standin import STANDIN_OVERRIDES, standin_env
 
+# the `postgres` (a throwaway cluster per run) and `pg_dsn` (a new database per test) fixtures
+pytest_plugins = ["postgres_cluster"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LAZYMEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 TOY_MODULES = ("toy_backend", "toy_bench", "toy_method", "toy_retriever")

@@ -15,7 +15,8 @@ import time
 import pytest
 from agent_helpers import files_containing
 
-from lazymem.agent.store import NewMessage, SQLiteStore, UnknownMessages
+from lazymem.agent.sqlite_store import SQLiteStore
+from lazymem.agent.store import NewMessage, UnknownMessages
 
 
 def batch(*texts: str) -> list[NewMessage]:
@@ -26,14 +27,14 @@ def test_add_forget_purge(tmp_path):
     store = SQLiteStore(tmp_path)
     ids = store.add("t", "u", batch("a", "b", "c"))
     store.add("t2", "u", batch("other tenant"))
-    assert [m.text for m in store.messages("t", "u")] == ["a", "b", "c"]
+    assert [m.text for m in store.snapshot("t", "u").messages] == ["a", "b", "c"]
     with pytest.raises(UnknownMessages):
         store.forget("t", "u", [ids[0], 10**9])
-    assert len(store.messages("t", "u")) == 3
+    assert len(store.snapshot("t", "u").messages) == 3
     assert store.forget("t", "u", [ids[1]]) == 1
-    assert [m.id for m in store.messages("t", "u")] == [ids[0], ids[2]]
+    assert [m.id for m in store.snapshot("t", "u").messages] == [ids[0], ids[2]]
     assert store.purge("t", time.time() + 1) == {"u": 2}
-    assert store.messages("t", "u") == [] and len(store.messages("t2", "u")) == 1
+    assert store.snapshot("t", "u").messages == [] and len(store.snapshot("t2", "u").messages) == 1
     store.close()
 
 
@@ -49,7 +50,8 @@ def test_deleted_text_is_in_no_file(tmp_path):
 
 _WRITER = """
 import sys
-from lazymem.agent.store import NewMessage, SQLiteStore
+from lazymem.agent.sqlite_store import SQLiteStore
+from lazymem.agent.store import NewMessage
 store = SQLiteStore(sys.argv[1])
 k = 0
 while True:
@@ -70,7 +72,7 @@ def test_kill_9_during_adds_leaves_every_batch_whole_or_absent(tmp_path):
     conn = sqlite3.connect(tmp_path / "memory.sqlite")
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     conn.close()
-    texts = [m.text for m in SQLiteStore(tmp_path).messages("t", "u")]
+    texts = [m.text for m in SQLiteStore(tmp_path).snapshot("t", "u").messages]
     batches = {}
     for t in texts:
         k = int(t.split()[1])
@@ -81,7 +83,8 @@ def test_kill_9_during_adds_leaves_every_batch_whole_or_absent(tmp_path):
 
 def test_threads_and_processes_write_at_once_without_lock_errors(tmp_path):
     script = (
-        "import sys\nfrom lazymem.agent.store import NewMessage, SQLiteStore\ns = SQLiteStore(sys.argv[1])\n"
+        "import sys\nfrom lazymem.agent.sqlite_store import SQLiteStore\n"
+        "from lazymem.agent.store import NewMessage\ns = SQLiteStore(sys.argv[1])\n"
     )
     script += "for k in range(100): s.add('t', 'proc', [NewMessage('user', f'p{k}', 'now', 's')])\n"
     other = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])
@@ -91,7 +94,7 @@ def test_threads_and_processes_write_at_once_without_lock_errors(tmp_path):
         try:
             for k in range(50):
                 store.add("t", f"user{u}", batch(f"{u}-{k}"))
-                store.messages("t", f"user{u}")
+                store.snapshot("t", f"user{u}").messages
         except Exception as e:  # noqa: BLE001 - the assertion below shows it
             errors.append(e)
 
@@ -101,5 +104,5 @@ def test_threads_and_processes_write_at_once_without_lock_errors(tmp_path):
     for t in threads:
         t.join()
     assert other.wait(120) == 0 and errors == []
-    assert all(len(store.messages("t", f"user{u}")) == 50 for u in range(8))
-    assert [m.text for m in store.messages("t", "proc")] == [f"p{k}" for k in range(100)]
+    assert all(len(store.snapshot("t", f"user{u}").messages) == 50 for u in range(8))
+    assert [m.text for m in store.snapshot("t", "proc").messages] == [f"p{k}" for k in range(100)]

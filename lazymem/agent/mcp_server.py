@@ -8,6 +8,10 @@ there). The tools act on `mcp.user` of tenant `mcp.tenant` unless a call names a
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +23,7 @@ from lazymem.agent.memory import BadInput, Memory, compose
 from lazymem.agent.store import UnknownMessages, UnknownUser
 
 _CALLER_ERRORS = (BadInput, UnknownUser, UnknownMessages)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def build_server(memory: Memory, tenant: str, default_user: str) -> MCPServer:
@@ -71,10 +76,50 @@ def _as_tool_error() -> Iterator[None]:
         raise ToolError(str(e)) from e
 
 
+def without_surrogates(line: bytes) -> bytes:
+    """A JSON-RPC line whose strings hold no lone surrogate. JSON may escape one (`"\\ud800"`); the SDK's
+    parser refuses such a line and the request goes unanswered. Each becomes a NUL, which the tools refuse
+    as text that is not valid, so the caller gets a tool error instead of silence."""
+    if b"\\u" not in line:
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # the SDK answers malformed JSON itself
+
+    def clean(value):
+        if isinstance(value, str):
+            return _SURROGATE.sub("\x00", value)
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        return value
+
+    cleaned = clean(message)
+    return line if cleaned == message else json.dumps(cleaned).encode() + b"\n"
+
+
+def _guard_stdin() -> None:
+    """Put a pipe on fd 0 that carries stdin's lines through `without_surrogates`."""
+    read_end, write_end = os.pipe()
+    source = os.dup(0)
+    os.dup2(read_end, 0)
+    os.close(read_end)
+
+    def pump() -> None:
+        with open(source, "rb") as src, open(write_end, "wb", buffering=0) as dst:
+            for line in src:
+                dst.write(without_surrogates(line))
+
+    threading.Thread(target=pump, name="lazymem-mcp-stdin", daemon=True).start()
+
+
 def main(overrides: Sequence[str]) -> int:
     """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe."""
     cfg = compose(overrides)
     memory = Memory.from_cfg(cfg)
+    _guard_stdin()
     try:
         build_server(memory, cfg.mcp.tenant, cfg.mcp.user).run("stdio")
     finally:

@@ -11,8 +11,11 @@ through the same retrieval and memory model as a benchmark run. Adding a message
 store; the user's indexes are refreshed at the next query, which embeds just the messages not seen before.
 
 What is derived from a user's messages (their embedding cache and the memory model's response cache) lives
-in that user's own folder under `dir/users/`, so a forget or a retention purge deletes it whole: nothing
-derived from forgotten text survives, and the next query rebuilds what it needs from what remains.
+where the store puts it: in that user's own folder under `dir/users/` (SQLite), or in rows of the server
+database (PostgreSQL). A forget or a retention purge deletes it with the messages: nothing derived from
+forgotten text survives, and the next query rebuilds what it needs from what remains. Indexes held in
+memory are tagged with the user's generation (lazymem/agent/store.py) and rebuilt when another process
+deleted some of the user's messages, so several processes can serve one store.
 
 Every method has an async form (`aadd`, `aquery`, ...) for servers and a sync form for scripts; use one
 form per Memory object (the sync form runs the async one on a private event loop thread).
@@ -22,28 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import shutil
 import threading
 import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lazymem.agent.store import NewMessage, SQLiteStore, Store, StoredMessage, UnknownUser
+from lazymem.agent.store import MAX_ID, Derived, NewMessage, Store, StoredMessage, UnknownUser, open_store
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
-from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
 DEFAULT_SESSION = "default"
+# Characters no store can hold: NUL, and UTF-16 surrogates (in a str, always unpaired: JSON's "\\ud800")
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class BadInput(ValueError):
@@ -82,10 +87,11 @@ class Recall:
 
 
 class _UserState:
-    """A user's retriever (its own embedding cache) and LLM roles (their own response cache)."""
+    """A user's retriever (its own embedding cache) and LLM roles (their own response cache), built at
+    one generation of the user's messages."""
 
-    def __init__(self, dir: Path, retriever: HybridRetriever | None, llms):
-        self.dir, self.retriever, self.llms = dir, retriever, llms
+    def __init__(self, generation: int, retriever: HybridRetriever | None, llms):
+        self.generation, self.retriever, self.llms = generation, retriever, llms
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -128,6 +134,9 @@ class Memory:
             ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
         )
         self._users: OrderedDict[tuple[str, str], _UserState] = OrderedDict()
+        # the generation of every user this process keeps derived data for (open or not): what `arefresh`
+        # checks against the store
+        self._held: dict[tuple[str, str], int] = {}
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -136,6 +145,9 @@ class Memory:
         self._indexer = ThreadPoolExecutor(1, thread_name_prefix="lazymem-index")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
+        if getattr(store, "derived_in_store", False):
+            # the user folders are scratch: what a previous run left there may predate a forget
+            shutil.rmtree(self.dir / "users", ignore_errors=True)
 
     @classmethod
     def from_config(cls, overrides: Sequence[str] = ()) -> Memory:
@@ -152,7 +164,7 @@ class Memory:
         method = instantiate(cfg.method)
         retriever = instantiate(cfg.retrieval) if method.needs_retrieval else None
         return cls(
-            SQLiteStore(agent.dir),
+            open_store(agent.store, agent.dir),
             method,
             retriever,
             OmegaConf.to_container(cfg.llm, resolve=True),
@@ -172,24 +184,57 @@ class Memory:
         batch = self._check_messages(messages)
         return await asyncio.to_thread(self.store.add, tenant, user_id, batch)
 
+    async def aimport(
+        self,
+        user_id: str,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        batch_size: int = 100,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Store a long history in batches (each one transaction, `aadd`'s checks); how many messages.
+        Give each message a `source` (its position in the file it came from): a second import of the same
+        source, e.g. after a crash, then skips what is stored instead of storing it twice. `progress` gets
+        the count so far after each batch."""
+        self._check_ids(tenant, user_id)
+        size = max(1, min(batch_size, self.limits.max_messages_per_add))
+        done, chunk = 0, []
+        for message in messages:
+            chunk.append(message)
+            if len(chunk) == size:
+                done = await self._import_batch(tenant, user_id, chunk, done, progress)
+                chunk = []
+        if chunk:
+            done = await self._import_batch(tenant, user_id, chunk, done, progress)
+        return done
+
+    async def _import_batch(self, tenant, user_id, chunk, done: int, progress) -> int:
+        batch = self._check_messages(chunk, first=done)
+        await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+        done += len(batch)
+        if progress is not None:
+            progress(done)
+        return done
+
     async def aquery(
         self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT
     ) -> Recall:
         """The memory block for `question` asked at `now` (default: the current time, UTC)."""
         self._check_ids(tenant, user_id)
-        if not isinstance(question, str) or not question.strip():
-            raise BadInput("question must be a non-empty string")
-        if len(question) > self.limits.max_question_chars:
-            raise BadInput(f"question is longer than {self.limits.max_question_chars} characters")
+        _check_text("question", question, self.limits.max_question_chars)
+        if now is not None:
+            _check_text("now", now, self.limits.max_id_chars)
         start = time.perf_counter()
         async with self._user_lock(tenant, user_id):
-            stored = await asyncio.to_thread(self.store.messages, tenant, user_id)
-            if not stored:
+            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
+            if snapshot.generation is None:
                 raise UnknownUser(user_id)
+            stored = snapshot.messages
             history = History(
                 "user", [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(stored)]
             )
-            state = self._state(tenant, user_id)
+            state = await self._state(tenant, user_id, snapshot.generation)
             index_s = 0.0
             if state.retriever is not None:
                 t0 = time.perf_counter()
@@ -216,10 +261,10 @@ class Memory:
         """Delete the given messages (or all of the user's) and everything derived from the user's
         messages; how many messages were deleted. Unknown ids delete nothing (UnknownMessages)."""
         self._check_ids(tenant, user_id)
-        if message_ids is not None and not all(type(i) is int for i in message_ids):
-            raise BadInput("message_ids must be integers")
+        if message_ids is not None and not all(type(i) is int and 0 < i <= MAX_ID for i in message_ids):
+            raise BadInput(f"message_ids must be integers from 1 to {MAX_ID}")
         async with self._user_lock(tenant, user_id):
-            if not await asyncio.to_thread(self.store.messages, tenant, user_id):
+            if (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).generation is None:
                 raise UnknownUser(user_id)
             deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids)
             await self._drop_derived(tenant, user_id)
@@ -228,26 +273,87 @@ class Memory:
     async def aexport(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
         """Every stored message of the user, oldest first (id, session_id, time, role, text, added)."""
         self._check_ids(tenant, user_id)
-        stored = await asyncio.to_thread(self.store.messages, tenant, user_id)
+        stored = (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).messages
         if not stored:
             raise UnknownUser(user_id)
         return [m.to_dict() for m in stored]
 
     async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
-        data of every user who lost one; deletions per user."""
-        if older_than_days < 0:
+        data of every user who lost one; deletions per user (None: another process is purging now)."""
+        if isinstance(older_than_days, bool) or not isinstance(older_than_days, (int, float)):
+            raise BadInput("older_than_days must be a number")
+        if not older_than_days >= 0:  # also refuses NaN
             raise BadInput("older_than_days must be >= 0")
         counts = await asyncio.to_thread(self.store.purge, tenant, time.time() - older_than_days * 86400)
-        for user_id in counts:
+        for user_id in counts or ():
             async with self._user_lock(tenant, user_id):  # after any query still using the old messages
                 await self._drop_derived(tenant, user_id)
         return counts
+
+    async def aindex_pending(self, lease_s: float = 600.0, chunk: int = 256) -> int:
+        """Embed what was added since each user's last indexing, user after user, until none is pending;
+        how many users. Users are claimed in the store (a replica that dies leaves its claims to the others
+        once `lease_s` runs out), and embedded `chunk` messages at a time, so a query of the same user can
+        run in between: it embeds whatever is still missing itself. The service runs this in the
+        background (serve.index_every_s); a script may call it after a bulk add."""
+        users = 0
+        while (claim := await asyncio.to_thread(self.store.claim_pending, lease_s)) is not None:
+            if await self._index_claim(claim, chunk):
+                await asyncio.to_thread(self.store.finish, claim)
+            users += 1
+        return users
+
+    async def _index_claim(self, claim, chunk: int) -> bool:
+        """Warm the claimed user's retriever; False when it stopped early (its state was closed by a
+        forget, a purge or the LRU bound: a query, or the claim's next holder, does the rest)."""
+        if self.retriever is None:
+            return True
+        key = (claim.tenant, claim.user)
+        snapshot = await asyncio.to_thread(self.store.snapshot, *key)
+        if snapshot.generation is None:
+            return True
+        async with self._user_lock(*key):
+            state = await self._state(*key, snapshot.generation)
+        messages = [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(snapshot.messages)]
+
+        def warm(part) -> bool:
+            if self._users.get(key) is not state:  # closed since: write nothing more for it
+                return False
+            state.retriever.warm(part)
+            return True
+
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(messages), chunk):
+            if not await loop.run_in_executor(self._indexer, warm, messages[start : start + chunk]):
+                return False
+        return True
+
+    async def amaintain(self) -> None:
+        """Make past deletions final in the store's files (on PostgreSQL: VACUUM FULL and a checkpoint)."""
+        await asyncio.to_thread(self.store.maintain)
+
+    async def arefresh(self) -> int:
+        """Drop what this process derived for users whose messages another process (a replica) deleted
+        since; how many users that was. Queries check this themselves; this frees the rest at once."""
+        held = dict(self._held)
+        current = await asyncio.to_thread(self.store.generations, list(held))
+        stale = [key for key, generation in held.items() if current.get(key) != generation]
+        for tenant, user_id in stale:
+            async with self._user_lock(tenant, user_id):
+                if self._held.get((tenant, user_id)) == held[(tenant, user_id)]:
+                    await self._drop_derived(tenant, user_id)
+        return len(stale)
 
     # ---- sync API
 
     def add(self, user_id: str, messages: Sequence[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT):
         return self._run(self.aadd(user_id, messages, tenant=tenant))
+
+    def import_(
+        self, user_id: str, messages: Iterable[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT, **kw
+    ):
+        return self._run(self.aimport(user_id, messages, tenant=tenant, **kw))
 
     def query(self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.aquery(user_id, question, now, tenant=tenant))
@@ -260,6 +366,12 @@ class Memory:
 
     def purge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.apurge(older_than_days, tenant=tenant))
+
+    def maintain(self) -> None:
+        return self._run(self.amaintain())
+
+    def index_pending(self, **kw) -> int:
+        return self._run(self.aindex_pending(**kw))
 
     def close(self) -> None:
         """Close every user's caches, stop the model servers this Memory started, close the store."""
@@ -289,13 +401,11 @@ class Memory:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _check_ids(self, tenant: str, user_id: str) -> None:
-        for name, value in (("tenant", tenant), ("user_id", user_id)):
-            if not isinstance(value, str) or not value.strip():
-                raise BadInput(f"{name} must be a non-empty string")
-            if len(value) > self.limits.max_id_chars:
-                raise BadInput(f"{name} is longer than {self.limits.max_id_chars} characters")
+        _check_text("tenant", tenant, self.limits.max_id_chars)
+        _check_text("user_id", user_id, self.limits.max_id_chars)
 
-    def _check_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
+    def _check_messages(self, messages: Sequence[Mapping[str, Any]], first: int = 0) -> list[NewMessage]:
+        """`first`: the position of messages[0] in what the caller sends (an import's batches)."""
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
             raise BadInput("messages must be a non-empty list")
         if len(messages) > self.limits.max_messages_per_add:
@@ -303,18 +413,19 @@ class Memory:
                 f"at most {self.limits.max_messages_per_add} messages per add, got {len(messages)}"
             )
         now, batch = _now(), []
-        for n, m in enumerate(messages):
+        for n, m in enumerate(messages, first):
             if not isinstance(m, Mapping):
                 raise BadInput(f"message {n}: must be an object with role and text")
             fields = {"role": m.get("role"), "text": m.get("text")}
             fields["time"] = m.get("time") or now
             fields["session_id"] = m.get("session_id") or DEFAULT_SESSION
             for key, value in fields.items():
-                if not isinstance(value, str) or not value.strip():
-                    raise BadInput(f"message {n}: {key} must be a non-empty string")
-            if len(fields["text"]) > self.limits.max_text_chars:
-                raise BadInput(f"message {n}: text is longer than {self.limits.max_text_chars} characters")
-            batch.append(NewMessage(**fields))
+                bound = self.limits.max_text_chars if key == "text" else self.limits.max_id_chars
+                _check_text(f"message {n}: {key}", value, bound)
+            source = m.get("source")
+            if source is not None:
+                _check_text(f"message {n}: source", source, self.limits.max_id_chars)
+            batch.append(NewMessage(**fields, source=source))
         return batch
 
     def _user_lock(self, tenant: str, user_id: str) -> asyncio.Lock:
@@ -331,31 +442,38 @@ class Memory:
         digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
         return self.dir / "users" / digest
 
-    def _state(self, tenant: str, user_id: str) -> _UserState:
+    async def _state(self, tenant: str, user_id: str, generation: int) -> _UserState:
+        """The user's open state at `generation`; one built at another generation (some of the user's
+        messages were deleted since, maybe by another process) is dropped with its derived data first."""
         key = (tenant, user_id)
+        if key in self._held and self._held[key] != generation:
+            await self._drop_derived(tenant, user_id)
         state = self._users.get(key)
         if state is None:
-            dir = self._user_dir(tenant, user_id)
-            state = self._users[key] = _UserState(dir, self._user_retriever(dir), self._user_llms(dir))
+            derived = self.store.derived(tenant, user_id, self._user_dir(tenant, user_id), generation)
+            state = self._users[key] = _UserState(
+                generation, self._user_retriever(derived), self._user_llms(derived)
+            )
+            self._held[key] = generation
             while len(self._users) > self.max_open_users:
                 _, old = self._users.popitem(last=False)
                 self._indexer.submit(old.close)  # reopened lazily if that user comes back
         self._users.move_to_end(key)
         return state
 
-    def _user_retriever(self, dir: Path) -> HybridRetriever | None:
-        """The shared retriever's per-user form: shared models, the user's own derived data in `dir`."""
-        return None if self.retriever is None else self.retriever.for_user(UserStorage(dir))
+    def _user_retriever(self, derived: Derived) -> HybridRetriever | None:
+        """The shared retriever's per-user form: shared models, the user's own derived data."""
+        return None if self.retriever is None else self.retriever.for_user(derived.storage)
 
-    def _user_llms(self, dir: Path):
+    def _user_llms(self, derived: Derived):
         if not self.method.roles:
             return None
-        return LLMSet(
-            {**self.llm, "cache_path": str(dir / "llm.sqlite")}, self.dir / "servers", self._registry
-        )
+        cfg = {**self.llm, "cache_path": str(derived.storage.dir / "llm.sqlite")}
+        return LLMSet(cfg, self.dir / "servers", self._registry, cache=derived.llm_cache())
 
     async def _drop_derived(self, tenant: str, user_id: str) -> None:
         state = self._users.pop((tenant, user_id), None)
+        self._held.pop((tenant, user_id), None)
         if state is not None:
             await asyncio.get_running_loop().run_in_executor(self._indexer, state.close)
         await asyncio.to_thread(shutil.rmtree, self._user_dir(tenant, user_id), True)
@@ -374,6 +492,18 @@ def compose(overrides: Sequence[str] = ()):
         overrides.insert(0, "+agent=default")
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return hydra_compose("config", overrides=overrides)
+
+
+def _check_text(name: str, value: Any, max_chars: int) -> None:
+    """A non-empty string within `max_chars` that is valid Unicode text: JSON can carry a lone surrogate
+    (`"\\ud800"`) or a NUL, which no store can hold; the reason never quotes the value."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(f"{name} must be a non-empty string")
+    if len(value) > max_chars:
+        raise BadInput(f"{name} is longer than {max_chars} characters")
+    bad = _NOT_TEXT.search(value)
+    if bad is not None:
+        raise BadInput(f"{name} is not valid text: a lone surrogate or NUL at position {bad.start()}")
 
 
 def _now() -> str:

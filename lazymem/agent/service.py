@@ -8,25 +8,31 @@ and only ever reaches the users of that key's tenant:
   POST /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens, timings
   POST /v1/users/{user_id}/forget    {"message_ids"?: [...]} (none: all) -> {"deleted"}
   GET  /v1/users/{user_id}/export    -> {"user_id", "messages"}
+  POST /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?) -> {"stored"}
   GET  /health
 
 Keys come from `serve.keys_file` (YAML, tenant -> keys and retention) and the environment variable named
-by `serve.keys_env`; they are held only as sha256 digests and never logged. Questions travel in POST
-bodies, so no message text or question reaches an access log line. A tenant's `retention_days` is enforced
-by a purge at start-up and every `serve.purge_every_s`.
+by `serve.keys_env`; they are held only as sha256 digests and never logged: access log lines carry the
+path without its query string, wherever a client put a key. Questions travel in POST bodies, so no message
+text or question reaches an access log line. A tenant's `retention_days` is enforced by a purge at
+start-up and every `serve.purge_every_s` (lazymem/agent/background.py); /health says when it last
+succeeded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
 
 import yaml
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -35,6 +41,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict
 
+from lazymem.agent.background import Indexer, Refresh, Retention
 from lazymem.agent.memory import BadInput, Memory, compose
 from lazymem.agent.store import UnknownMessages, UnknownUser
 from lazymem.construct.processor import StageError
@@ -77,20 +84,41 @@ class Tenants:
             if not isinstance(data, dict):
                 raise ValueError(f"{keys_file}: expected a mapping TENANT -> {{keys: [...], retention_days}}")
             for name, entry in data.items():
+                where = f"{keys_file}: tenant {name!r}"
+                if not isinstance(name, str) or not name.strip():
+                    raise ValueError(f"{keys_file}: tenant names must be non-empty strings, got {name!r}")
                 if not isinstance(entry, dict) or not isinstance(entry.get("keys"), list):
-                    raise ValueError(f"{keys_file}: tenant {name!r} needs a list `keys`")
+                    raise ValueError(f"{where} needs a list `keys`")
                 unknown = set(entry) - {"keys", "retention_days"}
                 if unknown:
-                    raise ValueError(f"{keys_file}: tenant {name!r} has unknown fields {sorted(unknown)}")
-                tenant = Tenant(str(name), entry.get("retention_days", retention_days))
-                for key in entry["keys"]:
-                    put(str(key), tenant, keys_file)
-        for pair in filter(None, os.environ.get(keys_env or "", "").split(",")):
+                    raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
+                days = check_retention(
+                    entry.get("retention_days", retention_days), f"{where}, retention_days"
+                )
+                tenant = Tenant(name, days)
+                for n, key in enumerate(entry["keys"]):
+                    if not isinstance(key, str):
+                        raise ValueError(f"{where}, keys[{n}]: a key must be a string")
+                    put(key, tenant, keys_file)
+        env_pairs = list(filter(None, os.environ.get(keys_env or "", "").split(",")))
+        if env_pairs:
+            retention_days = check_retention(retention_days, "agent.retention_days")
+        for pair in env_pairs:
             key, sep, name = pair.strip().partition("=")
             if not sep or not name:
                 raise ValueError(f"${keys_env}: expected KEY=TENANT pairs separated by commas")
             put(key, Tenant(name, retention_days), f"${keys_env}")
         return cls(keys)
+
+
+def check_retention(days: Any, where: str) -> float | None:
+    """Days to keep messages: a number >= 0, or None (forever). A bad value refuses the start-up: the purge
+    would otherwise fail on it later, for every tenant."""
+    if days is None:
+        return None
+    if isinstance(days, bool) or not isinstance(days, (int, float)) or not days >= 0:
+        raise ValueError(f"{where}: expected a number of days >= 0 (or null: keep forever), got {days!r}")
+    return float(days)
 
 
 def _digest(key: str) -> str:
@@ -157,19 +185,62 @@ class ExportReply(BaseModel):
     messages: list[StoredMessageOut]
 
 
-class BodyLimit:
-    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length before anything is read,
-    or while a body without one streams in."""
+class ValidPath:
+    """ASGI middleware: 400 for a path whose percent-escapes are not UTF-8. The server would decode them to
+    U+FFFD, so `%FE` and `%FF` would name one user."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or scope["path"].encode()
+            try:
+                unquote_to_bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                reply = JSONResponse({"detail": "the path is not valid UTF-8 once decoded"}, status_code=400)
+                return await reply(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class RedactQuery(logging.Filter):
+    """Access log lines without query strings: a client may put an API key there (`?api_key=...`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) >= 3 and isinstance(record.args[2], str):
+            args = list(record.args)
+            path, sep, _ = args[2].partition("?")
+            args[2] = path + ("?[redacted]" if sep else "")
+            record.args = tuple(args)
+        return True
+
+
+def log_config() -> dict:
+    """uvicorn's logging set-up with the access handler behind RedactQuery."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query"] = {"()": RedactQuery}
+    config["handlers"]["access"]["filters"] = ["redact_query"]
+    return config
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over its limit, by its Content-Length before anything is read, or
+    while a body without one streams in. Imports (paths ending in /import) have a limit of their own."""
+
+    def __init__(self, app, max_bytes: int, max_import_bytes: int):
+        self.app, self.max_bytes, self.max_import_bytes = app, max_bytes, max_import_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit, key = self.max_bytes, "serve.max_body_bytes"
+        if scope["path"].endswith("/import"):
+            limit, key = self.max_import_bytes, "serve.max_import_bytes"
         length = dict(scope["headers"]).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.max_bytes:
-            reply = JSONResponse({"detail": self._too_large()}, status_code=413)
+        if not length.isdigit() or int(length) > limit:
+            reply = JSONResponse({"detail": _too_large(limit, key)}, status_code=413)
             return await reply(scope, receive, send)
         seen = 0
 
@@ -177,14 +248,15 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise HTTPException(413, self._too_large())  # FastAPI answers it as it reads the body
+            if seen > limit:
+                raise HTTPException(413, _too_large(limit, key))  # FastAPI answers it as it reads the body
             return message
 
         await self.app(scope, limited, send)
 
-    def _too_large(self) -> str:
-        return f"request body larger than {self.max_bytes} bytes (serve.max_body_bytes)"
+
+def _too_large(limit: int, key: str) -> str:
+    return f"request body larger than {limit} bytes ({key})"
 
 
 _bearer = HTTPBearer(auto_error=False)
@@ -202,20 +274,37 @@ def _tenant_of(
 TenantName = Annotated[str, Depends(_tenant_of)]
 
 
-def create_app(memory: Memory, tenants: Tenants, max_body_bytes: int, purge_every_s: float) -> FastAPI:
+def create_app(
+    memory: Memory,
+    tenants: Tenants,
+    max_body_bytes: int,
+    purge_every_s: float,
+    purge_retry_s: float = 60.0,
+    refresh_every_s: float = 5.0,
+    max_import_bytes: int = 2**28,
+    index_every_s: float = 1.0,
+    index_lease_s: float = 600.0,
+) -> FastAPI:
     """The service around `memory`; it closes `memory` when it shuts down."""
+    loops = [
+        retention := Retention(memory, tenants.all.values(), purge_every_s, purge_retry_s),
+        Refresh(memory, refresh_every_s),
+        Indexer(memory, index_every_s, index_lease_s),
+    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        purger = asyncio.create_task(_purge_loop(memory, tenants, purge_every_s))
+        tasks = [asyncio.create_task(loop.run()) for loop in loops]
         try:
             yield
         finally:
-            purger.cancel()
+            for task in tasks:
+                task.cancel()
             await asyncio.to_thread(memory.close)
 
     app = FastAPI(title="LazyMem", summary="Query-time memory construction for agents", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_import_bytes=max_import_bytes)
+    app.add_middleware(ValidPath)
     app.state.tenants = tenants
 
     @app.exception_handler(RequestValidationError)
@@ -241,7 +330,7 @@ def create_app(memory: Memory, tenants: Tenants, max_body_bytes: int, purge_ever
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "method": memory.method.name}
+        return {"status": "ok", "method": memory.method.name, "retention": retention.status()}
 
     @app.post("/v1/users/{user_id}/messages", status_code=201)
     async def add(user_id: str, body: AddRequest, tenant: TenantName) -> AddReply:
@@ -261,17 +350,64 @@ def create_app(memory: Memory, tenants: Tenants, max_body_bytes: int, purge_ever
     async def export(user_id: str, tenant: TenantName) -> ExportReply:
         return ExportReply(user_id=user_id, messages=await memory.aexport(user_id, tenant=tenant))
 
+    @app.post("/v1/users/{user_id}/import", openapi_extra=_NDJSON_BODY)
+    async def import_(user_id: str, request: Request, tenant: TenantName) -> JSONResponse:
+        """A long history as NDJSON, one message per line (`role`, `text`, `time`?, `session_id`?,
+        `source`?), stored in batches as it streams in. A bad line stops the import with 400 naming it;
+        `stored` says how many lines before it are kept. Give each line a `source` (e.g. "file:line") and a
+        retried import skips what is already stored."""
+        stored = 0
+        try:
+            async for batch in _ndjson_batches(request, max_body_bytes, memory.limits.max_messages_per_add):
+                stored = await memory.aimport(user_id, batch, tenant=tenant, batch_size=len(batch)) + stored
+        except BadInput as e:
+            return JSONResponse({"detail": f"after {stored} stored messages: {e}", "stored": stored}, 400)
+        return JSONResponse({"stored": stored}, status_code=201)
+
     return app
 
 
-async def _purge_loop(memory: Memory, tenants: Tenants, every_s: float) -> None:
-    while True:
-        for tenant in tenants.all.values():
-            if tenant.retention_days is not None:
-                counts = await memory.apurge(tenant.retention_days, tenant=tenant.name)
-                if counts:
-                    log.info("retention: purged %d messages of tenant %s", sum(counts.values()), tenant.name)
-        await asyncio.sleep(every_s)
+_NDJSON_BODY = {
+    "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}
+}
+_IMPORT_FIELDS = {"role", "text", "time", "session_id", "source"}
+
+
+async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):
+    """Messages from an NDJSON body, `batch_size` at a time, checked line by line as they arrive."""
+    buffer, batch, line_no = b"", [], 0
+    async for chunk in request.stream():
+        buffer += chunk
+        if b"\n" not in buffer and len(buffer) > max_line_bytes:
+            raise BadInput(f"line {line_no + 1} is longer than {max_line_bytes} bytes (serve.max_body_bytes)")
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line_no += 1
+            if len(line) > max_line_bytes:
+                raise BadInput(f"line {line_no} is longer than {max_line_bytes} bytes (serve.max_body_bytes)")
+            if line.strip():
+                batch.append(_ndjson_message(line, line_no))
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+    line_no += 1
+    if buffer.strip():
+        batch.append(_ndjson_message(buffer, line_no))
+    if batch:
+        yield batch
+
+
+def _ndjson_message(line: bytes, line_no: int) -> dict:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        raise BadInput(f"line {line_no} is not a JSON object") from None
+    if not isinstance(message, dict):
+        raise BadInput(f"line {line_no} is not a JSON object")
+    unknown = set(message) - _IMPORT_FIELDS
+    if unknown:
+        raise BadInput(f"line {line_no} has unknown fields {sorted(unknown)}")
+    return message
 
 
 def serve(overrides: Sequence[str]) -> int:
@@ -283,6 +419,16 @@ def serve(overrides: Sequence[str]) -> int:
     tenants = Tenants.load(s.keys_file, s.keys_env, cfg.agent.retention_days)
     if not tenants:
         raise SystemExit(f"lazymem serve: no API keys (set serve.keys_file or ${s.keys_env})")
-    app = create_app(Memory.from_cfg(cfg), tenants, s.max_body_bytes, s.purge_every_s)
-    uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level)
+    app = create_app(
+        Memory.from_cfg(cfg),
+        tenants,
+        s.max_body_bytes,
+        s.purge_every_s,
+        s.purge_retry_s,
+        s.refresh_every_s,
+        s.max_import_bytes,
+        s.index_every_s,
+        cfg.agent.index_lease_s,
+    )
+    uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=log_config())
     return 0

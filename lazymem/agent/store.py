@@ -1,42 +1,28 @@
-"""Where an agent's raw messages live: one small storage interface and its SQLite implementation.
+"""Where an agent's raw messages live: the storage contract, its records, and the choice of a store.
 
-`Store` is all the rest of lazymem.agent asks of storage, so a server database (for several service
-replicas) can be added beside `SQLiteStore` without touching the Memory API or the service.
+`Store` is all the rest of lazymem.agent asks of storage. Two stores implement it: `SQLiteStore`
+(lazymem/agent/sqlite_store.py, one file, the embedded default) and `PostgresStore`
+(lazymem/agent/postgres_store.py, one server database shared by several service replicas), chosen by
+`agent.store.kind`.
 
-`SQLiteStore` keeps every tenant's users in one file, `memory.sqlite`. WAL mode lets readers run beside
-a writer; each add is one `BEGIN IMMEDIATE` transaction, so a process killed mid-add leaves the batch
-whole or absent. Deletion is meant to be final: `secure_delete` zeroes deleted rows inside the file, and
-after a forget or purge the WAL (which still holds the pages as they were written) is checkpointed and
-truncated to zero bytes.
+Ids are per tenant: each tenant's messages are numbered by a counter of its own, so the gaps between a
+tenant's ids say nothing about other tenants. Every add marks its user `pending` until a background
+indexer has embedded the new messages (`claim_pending` / `finish`). A user's `generation` changes whenever
+any of their messages is deleted; whatever a process derived from the user's messages (indexes in memory,
+caches) is tagged with the generation it was built at and is never used under another one.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from lazymem import sqlite
+from lazymem.retrieval.base import UserStorage
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant     TEXT NOT NULL,
-    user       TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    time       TEXT NOT NULL,
-    role       TEXT NOT NULL,
-    text       TEXT NOT NULL,
-    added      REAL NOT NULL
-)
-"""
-_INDEX = "CREATE INDEX IF NOT EXISTS messages_by_user ON messages (tenant, user, id)"
-_SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
+# Ids are signed 64-bit integers in both stores.
+MAX_ID = 2**63 - 1
 
 
 class UnknownUser(KeyError):
@@ -59,6 +45,9 @@ class NewMessage:
     text: str
     time: str
     session_id: str
+    # Where an imported message came from ("FILE:LINE"): an import resumed after a crash skips what it
+    # already stored by this key, never by content (real histories repeat short turns like "ok").
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,133 +63,95 @@ class StoredMessage:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A user's messages, oldest first, and the generation they were read at (None: unknown user)."""
+
+    generation: int | None
+    messages: list[StoredMessage]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A user whose messages are waiting to be indexed, claimed by one process until `finish` (or until its
+    lease runs out, when another process may take it: a replica that dies leaves its claims to the others).
+    `mark` identifies the adds it covers: a later add keeps the user pending after `finish`."""
+
+    tenant: str
+    user: str
+    mark: int
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Where one user's derived data goes: the retrievers' storage handle, and a factory for the memory
+    model's response cache (an object with `get(key)` / `put(key, value, model)` / `close()`)."""
+
+    storage: UserStorage
+    llm_cache: Callable[[], Any]
+
+
 class Store(Protocol):
     """Raw messages per (tenant, user), in the order they were added."""
 
+    # True when the store keeps users' derived data itself (`derived`), so the local user folders are
+    # scratch that a restart may clear; False when those folders are the derived data
+    derived_in_store: bool
+
     def add(self, tenant: str, user: str, messages: Sequence[NewMessage]) -> list[int]:
-        """Store a batch atomically; its ids, in order."""
+        """Store a batch atomically; its ids, in order. A message whose `source` is already stored for
+        the user is not stored again: its id is the stored one's."""
         ...
 
-    def messages(self, tenant: str, user: str) -> list[StoredMessage]:
-        """Every stored message of the user, oldest first (empty for an unknown user)."""
+    def snapshot(self, tenant: str, user: str) -> Snapshot:
+        """The user's messages and generation, read together (one transaction)."""
+        ...
+
+    def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The current generation of each of `users` that has messages."""
         ...
 
     def forget(self, tenant: str, user: str, ids: Sequence[int] | None = None) -> int:
-        """Delete the given messages (all of them, or UnknownMessages), or every message of the user."""
+        """Delete the given messages (all of them, or UnknownMessages), or every message of the user,
+        with the derived data the store holds for the user; the user's generation changes."""
         ...
 
-    def purge(self, tenant: str, before: float) -> dict[str, int]:
-        """Delete the tenant's messages added before `before` (unix time); deletions per user."""
+    def purge(self, tenant: str, before: float) -> dict[str, int] | None:
+        """Delete the tenant's messages added before `before` (unix time); deletions per user. None when
+        another process holds the purge (a server database runs one purge at a time)."""
+        ...
+
+    def maintain(self) -> None:
+        """Make past deletions final in the store's files (what `forget` alone cannot promise)."""
+        ...
+
+    def claim_pending(self, lease_s: float) -> Claim | None:
+        """The user added to longest ago whose messages no process is indexing now, claimed for
+        `lease_s` seconds; None when every added message is indexed or claimed."""
+        ...
+
+    def finish(self, claim: Claim) -> None:
+        """The claimed user is indexed up to the claim's mark."""
+        ...
+
+    def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:
+        """Where the user's derived data lives while their generation is `generation`."""
         ...
 
     def close(self) -> None: ...
 
 
-class SQLiteStore:
-    """`Store` in one SQLite file. One connection behind a lock: safe from any thread of the process,
-    and other processes on the same file wait for the write lock (busy timeout) instead of failing."""
+def open_store(cfg: Mapping[str, Any], dir: str | Path) -> Store:
+    """The store `agent.store` names: `kind: sqlite` (a file in `dir`) or `kind: postgres` (at `dsn`)."""
+    kind = cfg.get("kind", "sqlite")
+    if kind == "sqlite":
+        from lazymem.agent.sqlite_store import SQLiteStore
 
-    def __init__(self, dir: str | Path, filename: str = "memory.sqlite", timeout_s: float = 60.0):
-        self.path = Path(dir) / filename
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._conn = sqlite.connect(self.path, timeout_s, _SCHEMA, thread_safe=True)
-        self._conn.execute(_INDEX)
-        self._conn.execute("PRAGMA secure_delete = ON")
+        return SQLiteStore(dir)
+    if kind == "postgres":
+        from lazymem.agent.postgres_store import PostgresStore
 
-    def add(self, tenant: str, user: str, messages: Sequence[NewMessage]) -> list[int]:
-        now = time.time()
-        rows = [(tenant, user, m.session_id, m.time, m.role, m.text, now) for m in messages]
-        with self._lock, _transaction(self._conn) as conn:
-            ids = []
-            for row in rows:
-                cur = conn.execute(
-                    "INSERT INTO messages (tenant, user, session_id, time, role, text, added) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-                ids.append(cur.lastrowid)
-        return ids
-
-    def messages(self, tenant: str, user: str) -> list[StoredMessage]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, session_id, time, role, text, added FROM messages "
-                "WHERE tenant = ? AND user = ? ORDER BY id",
-                (tenant, user),
-            ).fetchall()
-        return [StoredMessage(*row) for row in rows]
-
-    def forget(self, tenant: str, user: str, ids: Sequence[int] | None = None) -> int:
-        with self._lock:
-            with _transaction(self._conn) as conn:
-                if ids is None:
-                    deleted = conn.execute(
-                        "DELETE FROM messages WHERE tenant = ? AND user = ?", (tenant, user)
-                    ).rowcount
-                else:
-                    deleted = self._delete_ids(conn, tenant, user, sorted(set(ids)))
-            self._truncate_wal()
-        return deleted
-
-    def purge(self, tenant: str, before: float) -> dict[str, int]:
-        with self._lock:
-            with _transaction(self._conn) as conn:
-                counts = dict(
-                    conn.execute(
-                        "SELECT user, COUNT(*) FROM messages WHERE tenant = ? AND added < ? GROUP BY user",
-                        (tenant, before),
-                    )
-                )
-                conn.execute("DELETE FROM messages WHERE tenant = ? AND added < ?", (tenant, before))
-            if counts:
-                self._truncate_wal()
-        return counts
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def _delete_ids(self, conn: sqlite3.Connection, tenant: str, user: str, ids: list[int]) -> int:
-        mine = set()
-        for start in range(0, len(ids), _SQL_VARS):
-            chunk = ids[start : start + _SQL_VARS]
-            marks = ",".join("?" * len(chunk))
-            mine.update(
-                row[0]
-                for row in conn.execute(
-                    f"SELECT id FROM messages WHERE tenant = ? AND user = ? AND id IN ({marks})",
-                    [tenant, user, *chunk],
-                )
-            )
-        missing = [i for i in ids if i not in mine]
-        if missing:
-            raise UnknownMessages(missing)
-        for start in range(0, len(ids), _SQL_VARS):
-            chunk = ids[start : start + _SQL_VARS]
-            conn.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk)
-        return len(ids)
-
-    def _truncate_wal(self) -> None:
-        """Move the WAL into the file and cut it to zero bytes; another process reading the file can hold
-        the checkpoint back for a moment, so wait for it (up to the busy timeout)."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.path}: could not truncate the WAL within {self.timeout_s:g}s")
-            time.sleep(0.05)
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """`BEGIN IMMEDIATE` (take the write lock up front) ... COMMIT, or ROLLBACK on any error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        if not cfg.get("dsn"):
+            raise ValueError("agent.store.kind=postgres needs agent.store.dsn=postgresql://USER@HOST:PORT/DB")
+        return PostgresStore(cfg["dsn"], pool_size=int(cfg.get("pool_size", 8)))
+    raise ValueError(f"agent.store.kind={kind!r}: expected sqlite or postgres")

@@ -108,7 +108,11 @@ class ServerRegistry:
 class LLMSet:
     """Clients for the configured roles, created (and their servers started) on first use."""
 
-    def __init__(self, cfg: Mapping[str, Any], log_dir: str | Path, registry: ServerRegistry | None = None):
+    def __init__(
+        self, cfg: Mapping[str, Any], log_dir: str | Path, registry: ServerRegistry | None = None, cache=None
+    ):
+        """`cache`: a response cache to use instead of the SQLite file at `cache_path` (an object with
+        LLMCache's get / put / stats / close: the agent memory passes a server database's rows)."""
         self.cfg = to_dict(cfg)
         # `is None`, not `or`: a shared registry with no server started yet is empty, hence falsy
         self.registry = (
@@ -116,7 +120,12 @@ class LLMSet:
         )
         self._own_registry = registry is None
         path = self.cfg.get("cache_path")
-        self.cache = LLMCache(path) if self.cfg.get("cache", True) and path else None
+        if not self.cfg.get("cache", True):
+            self.cache = None
+        elif cache is not None:
+            self.cache = cache
+        else:
+            self.cache = LLMCache(path) if path else None
         self._clients: dict[str, LLMClient] = {}
         self._lock = threading.Lock()
 

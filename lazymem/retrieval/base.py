@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from lazymem.data.schema import Message
+from lazymem.retrieval.embed_cache import EmbeddingCache
 
 # Fields a message template may use.
 TEMPLATE_FIELDS = ("idx", "session_id", "time", "role", "text")
@@ -64,11 +65,20 @@ class Index(Protocol):
 
 @dataclass(frozen=True)
 class UserStorage:
-    """Where one user's derived data lives (lazymem.agent gives every user one): a folder of the user's
-    own, which a forget or a retention purge deletes whole. A retriever that derives data from a user's
-    messages (an embedding cache, an index on disk) keeps it here and nowhere else."""
+    """Where one user's derived data lives (lazymem.agent gives every user one). A retriever that derives
+    data from a user's messages keeps it here and nowhere else: files in `dir`, a folder of the user's own
+    that a forget or a retention purge deletes whole, and vectors in :meth:`embedding_cache`.
+
+    With a server database (agent.store.kind=postgres) the agent passes a subclass whose embedding cache
+    is rows of that database, shared by every replica and deleted in the forget's own transaction; `dir`
+    is then a scratch folder local to the replica, deleted as well.
+    """
 
     dir: Path
+
+    def embedding_cache(self) -> EmbeddingCache:
+        """The user's vectors by (model identity, text key): `get`, `put`, `close` as EmbeddingCache."""
+        return EmbeddingCache(self.dir)
 
 
 class Retriever:
@@ -89,6 +99,12 @@ class Retriever:
 
     def close(self) -> None:
         """Release what :meth:`for_user` opened (files, connections)."""
+
+    def warm(self, messages: Sequence[Message]) -> int:
+        """Derive and store now what a later :meth:`build` over these messages will need (vectors in the
+        per-user cache), without building an index; how many texts that took. The agent memory calls it
+        soon after messages are added, so a user's first query does not pay for them. Default: nothing."""
+        return 0
 
     def problems(self, where: str) -> list[str]:
         """What is missing before it can run (`where`: its config key), each with its fix; [] if nothing."""

@@ -190,7 +190,7 @@ class DenseRetriever(Retriever):
         if self.cache is None:
             return self
         mine = copy.copy(self)
-        mine.cache = EmbeddingCache(storage.dir)
+        mine.cache = storage.embedding_cache()
         return mine
 
     def close(self) -> None:
@@ -221,6 +221,12 @@ class DenseRetriever(Retriever):
         if not texts:
             return np.zeros((0, 0), dtype=np.float32), 0
         return np.stack([known[k] for k in keys]), len(todo)
+
+    def warm(self, messages: Sequence[Message]) -> int:
+        """Embed the messages the cache lacks (only useful with a cache: the per-user form has one)."""
+        if self.cache is None:
+            return 0
+        return self.embed([self.render(m) for m in messages])[1]
 
     def render(self, message: Message) -> str:
         """The text this retriever embeds for a message."""

@@ -153,6 +153,10 @@ class HybridRetriever:
         for r in self.retrievers.values():
             r.close()
 
+    def warm(self, messages) -> int:
+        """Each retriever's `warm` (the dense retriever embeds into the per-user cache)."""
+        return sum(r.warm(messages) for r in self.retrievers.values())
+
     def problems(self, where: str = "retrieval") -> list[str]:
         """What its retrievers and reranker miss before they can run, each with its config key."""
         found = [p for name, r in self.retrievers.items() for p in r.problems(f"{where}.retrievers.{name}")]

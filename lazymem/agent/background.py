@@ -1,0 +1,116 @@
+"""The service's background loops: retention purges, indexing what was added, and dropping derived data
+that another replica made stale. Each logs and survives its errors: one tenant's failing purge never stops
+the others' (nor the next try), and /health says when retention last succeeded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+from lazymem.agent.memory import Memory
+
+log = logging.getLogger(__name__)
+
+
+class Retention:
+    """Purges every tenant that has `retention_days` every `every_s` seconds (at start-up first), then runs
+    the store's maintenance step; after a failure, tries again in `retry_s` seconds."""
+
+    def __init__(self, memory: Memory, tenants: Iterable, every_s: float, retry_s: float):
+        self.memory, self.every_s, self.retry_s = memory, every_s, retry_s
+        self.tenants = [t for t in tenants if t.retention_days is not None]
+        self.last_success: float | None = None  # unix time the last round finished without an error
+        self.failing: set[str] = set()  # tenants whose last purge failed
+
+    def status(self) -> dict:
+        return {
+            "tenants": len(self.tenants),
+            "last_success": self.last_success,
+            "failing_tenants": len(self.failing),
+        }
+
+    async def run(self) -> None:
+        while True:
+            ok = await self.round()
+            await asyncio.sleep(self.every_s if ok else self.retry_s)
+
+    async def round(self) -> bool:
+        """One purge of every tenant, then maintenance; whether all of it succeeded."""
+        ok = True
+        for tenant in self.tenants:
+            try:
+                counts = await self.memory.apurge(tenant.retention_days, tenant=tenant.name)
+            except Exception as e:  # noqa: BLE001 - logged, retried; the other tenants go on
+                ok = False
+                self.failing.add(tenant.name)
+                log.error(
+                    "retention: purging tenant %s failed (%s); retrying in %gs",
+                    tenant.name,
+                    _kind(e),
+                    self.retry_s,
+                )
+                log.debug("retention failure", exc_info=True)
+                continue
+            self.failing.discard(tenant.name)
+            if counts:
+                log.info("retention: purged %d messages of tenant %s", sum(counts.values()), tenant.name)
+        if not self.tenants:
+            return True
+        try:
+            await self.memory.amaintain()
+        except Exception as e:  # noqa: BLE001
+            log.error(
+                "retention: the store's maintenance step failed (%s); retrying in %gs", _kind(e), self.retry_s
+            )
+            log.debug("maintenance failure", exc_info=True)
+            return False
+        if ok:
+            self.last_success = time.time()
+        return ok
+
+
+class Refresh:
+    """Every `every_s` seconds: drop this replica's derived data of users another replica deleted
+    messages of (queries check it themselves; this frees memory and scratch files at once)."""
+
+    def __init__(self, memory: Memory, every_s: float):
+        self.memory, self.every_s = memory, every_s
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                dropped = await self.memory.arefresh()
+            except Exception as e:  # noqa: BLE001
+                log.error("refresh of derived data failed (%s); retrying in %gs", _kind(e), self.every_s)
+                log.debug("refresh failure", exc_info=True)
+                continue
+            if dropped:
+                log.info("dropped the derived data of %d users changed by another process", dropped)
+
+
+class Indexer:
+    """Embeds added messages soon after they are written (Memory.aindex_pending): checks for pending users
+    every `every_s` seconds while there are none."""
+
+    def __init__(self, memory: Memory, every_s: float, lease_s: float):
+        self.memory, self.every_s, self.lease_s = memory, every_s, lease_s
+
+    async def run(self) -> None:
+        while True:
+            try:
+                users = await self.memory.aindex_pending(self.lease_s)
+            except Exception as e:  # noqa: BLE001 - the claim's lease runs out; this or another replica retries
+                log.error("indexing failed (%s); retrying in %gs", _kind(e), self.every_s)
+                log.debug("indexing failure", exc_info=True)
+                users = 0
+            if users:
+                log.info("indexed the new messages of %d users", users)
+            await asyncio.sleep(self.every_s)
+
+
+def _kind(e: BaseException) -> str:
+    """An error's type, not its message: a database error may quote the row it failed on."""
+    return type(e).__name__

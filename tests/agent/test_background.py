@@ -1,0 +1,67 @@
+"""The service's background loops (lazymem/agent/background.py): a purge that fails for one tenant is
+logged and retried, never the end of purging, and /health's numbers say so."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lazymem.agent.background import Refresh, Retention
+from lazymem.agent.service import Tenant
+
+
+class FlakyMemory:
+    """Stands in for Memory's purge API only: tenant `broken` fails its first `failures` purges."""
+
+    def __init__(self, failures: int):
+        self.failures, self.purged, self.maintained = failures, [], 0
+
+    async def apurge(self, days, *, tenant):
+        if tenant == "broken" and self.failures:
+            self.failures -= 1
+            raise OSError("disk I/O error near 'secret text'")
+        self.purged.append(tenant)
+        return {"u": 1}
+
+    async def amaintain(self):
+        self.maintained += 1
+
+    async def arefresh(self):
+        raise RuntimeError("database went away")
+
+
+def test_one_failing_tenant_neither_stops_the_others_nor_the_next_round(caplog):
+    memory = FlakyMemory(failures=1)
+    tenants = [Tenant("broken", 1.0), Tenant("fine", 1.0), Tenant("forever", None)]
+    retention = Retention(memory, tenants, every_s=3600, retry_s=60)
+    with caplog.at_level(logging.INFO, logger="lazymem.agent.background"):
+        assert asyncio.run(retention.round()) is False
+    assert memory.purged == ["fine"] and memory.maintained == 1
+    assert retention.status() == {"tenants": 2, "last_success": None, "failing_tenants": 1}
+    failure = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert failure == ["retention: purging tenant broken failed (OSError); retrying in 60s"]
+    assert "secret text" not in caplog.text  # an error's type, never its message
+
+    assert asyncio.run(retention.round()) is True
+    status = retention.status()
+    assert status["failing_tenants"] == 0 and status["last_success"] is not None
+    assert memory.purged == ["fine", "broken", "fine"]
+
+
+def test_the_loops_go_on_after_an_error(caplog):
+    memory = FlakyMemory(failures=10**6)
+    retention = Retention(memory, [Tenant("broken", 1.0)], every_s=0.01, retry_s=0.01)
+    refresh = Refresh(memory, every_s=0.01)
+
+    async def run_a_while():
+        tasks = [asyncio.create_task(retention.run()), asyncio.create_task(refresh.run())]
+        await asyncio.sleep(0.3)
+        assert not any(t.done() for t in tasks)  # neither loop died of its errors
+        for t in tasks:
+            t.cancel()
+
+    with caplog.at_level(logging.ERROR, logger="lazymem.agent.background"):
+        asyncio.run(run_a_while())
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("purging tenant broken failed" in m for m in messages) >= 3
+    assert sum("refresh of derived data failed (RuntimeError)" in m for m in messages) >= 3

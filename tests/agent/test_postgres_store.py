@@ -1,0 +1,170 @@
+"""The PostgreSQL store (lazymem/agent/postgres_store.py) on a real, throwaway PostgreSQL cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from lazymem.agent.postgres_store import VERSION, PostgresStore
+from lazymem.agent.store import NewMessage, UnknownMessages, open_store
+
+
+def new(*texts: str, source: str | None = None) -> list[NewMessage]:
+    return [NewMessage("user", t, "2025-01-01", "s1", source) for t in texts]
+
+
+@pytest.fixture
+def store(pg_dsn):
+    s = PostgresStore(pg_dsn, pool_size=4)
+    yield s
+    s.close()
+
+
+def test_ids_are_per_tenant_and_forget_renews_the_generation(store):
+    a = store.add("acme", "u", new("a1", "a2"))
+    b = store.add("other", "u", new("b1"))
+    assert a == [1, 2] and b == [1]  # another tenant's volume is not visible in the gaps
+    assert store.add("acme", "v", new("a3")) == [3]
+    snap = store.snapshot("acme", "u")
+    assert [m.text for m in snap.messages] == ["a1", "a2"] and snap.generation is not None
+    with pytest.raises(UnknownMessages):
+        store.forget("acme", "u", [1, 3])  # 3 is user v's: nothing deleted
+    assert len(store.snapshot("acme", "u").messages) == 2
+    assert store.forget("acme", "u", [1]) == 1
+    after = store.snapshot("acme", "u")
+    assert [m.id for m in after.messages] == [2] and after.generation != snap.generation
+    assert store.forget("acme", "u") == 1
+    assert store.snapshot("acme", "u").generation is None
+    assert store.generations([("acme", "u"), ("acme", "v")]) == {
+        ("acme", "v"): store.snapshot("acme", "v").generation
+    }
+
+
+def test_a_source_already_stored_is_not_stored_again(store):
+    first = store.add("t", "u", [*new("ok", source="f:1"), *new("ok", source="f:2")])
+    again = store.add("t", "u", [*new("ok", source="f:2"), *new("fine", source="f:3")])
+    assert again[0] == first[1]
+    assert [m.text for m in store.snapshot("t", "u").messages] == ["ok", "ok", "fine"]
+
+
+def test_purge_deletes_by_age_and_one_process_at_a_time(store, pg_dsn):
+    store.add("t", "old", new("x"))
+    store.add("t", "mixed", new("y"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE messages SET added = added - 1000 WHERE text IN ('x', 'y')")
+    store.add("t", "mixed", new("z"))
+    with psycopg.connect(pg_dsn) as holder:  # another replica in the middle of a purge
+        holder.execute("SELECT pg_advisory_xact_lock(72002)")
+        assert store.purge("t", before=_now() - 500) is None
+    assert store.purge("t", before=_now() - 500) == {"mixed": 1, "old": 1}
+    assert [m.text for m in store.snapshot("t", "mixed").messages] == ["z"]
+    assert store.snapshot("t", "old").generation is None
+
+
+def test_schema_is_versioned_and_created_once_by_concurrent_replicas(pg_dsn):
+    stores, errors = [], []
+
+    def start():
+        try:
+            stores.append(PostgresStore(pg_dsn, pool_size=1))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(stores) == 4
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)]
+        conn.execute("UPDATE schema_version SET version = %s", (VERSION + 1,))
+    for s in stores:
+        s.close()
+    with pytest.raises(RuntimeError, match="schema version"):
+        PostgresStore(pg_dsn, pool_size=1)
+
+
+def test_derived_rows_follow_the_generation(store):
+    store.add("t", "u", new("my cat is Tom"))
+    generation = store.snapshot("t", "u").generation
+    derived = store.derived("t", "u", _scratch(), generation)
+    cache = derived.storage.embedding_cache()
+    cache.put("enc", {"k1": _vec(1.0)})
+    assert cache.get("enc", ["k1", "k2"])["k1"].tolist() == [1.0, 1.0]
+    replies = derived.llm_cache()
+    replies.put("q", {"text": "Tom"})
+    assert replies.get("q") == {"text": "Tom"}
+
+    store.add("t", "u", new("and a dog"))  # an add keeps the generation: derived data stays valid
+    assert store.snapshot("t", "u").generation == generation
+    store.forget("t", "u", [1])
+    assert cache.get("enc", ["k1"]) == {} and replies.get("q") is None  # gone with the messages
+    cache.put("enc", {"k1": _vec(2.0)})  # a query that began before the forget writes nothing after it
+    assert cache.get("enc", ["k1"]) == {} and derived.storage.rows.dropped == 1
+
+
+def test_open_store_names_its_kinds(tmp_path, pg_dsn):
+    assert type(open_store({"kind": "sqlite"}, tmp_path)).__name__ == "SQLiteStore"
+    pg = open_store({"kind": "postgres", "dsn": pg_dsn}, tmp_path)
+    assert pg.derived_in_store
+    pg.close()
+    with pytest.raises(ValueError, match="needs agent.store.dsn"):
+        open_store({"kind": "postgres", "dsn": None}, tmp_path)
+    with pytest.raises(ValueError, match="expected sqlite or postgres"):
+        open_store({"kind": "mongo"}, tmp_path)
+
+
+def test_maintenance_leaves_no_forgotten_text_in_the_table_files(store, postgres, pg_dsn):
+    canary = "canary-7f3a9c-in-the-table-files"
+    store.add("t", "u", new(canary, "kept"))
+    store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation).llm_cache().put(
+        "k", {"c": canary}
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    assert postgres.files_containing(canary.encode())  # the search does see table files
+    store.forget("t", "u", [1])
+    with psycopg.connect(pg_dsn) as conn:
+        assert not conn.execute("SELECT 1 FROM messages WHERE text LIKE %s", (f"%{canary}%",)).fetchall()
+        assert conn.execute("SELECT COUNT(*) FROM derived").fetchone() == (0,)
+    store.maintain()
+    assert postgres.files_containing(canary.encode()) == []
+    assert [m.text for m in store.snapshot("t", "u").messages] == ["kept"]
+
+
+def _vec(x: float) -> np.ndarray:
+    return np.array([x, x], dtype=np.float32)
+
+
+def _scratch() -> Path:
+    return Path("/nonexistent-scratch")  # the built-in derived data never touches the scratch folder
+
+
+def _now() -> float:
+    return time.time()
+
+
+def test_pending_users_are_claimed_once_and_expired_claims_taken_over(store):
+    store.add("t", "a", new("1"))
+    store.add("t", "b", new("2"))
+    first, second = store.claim_pending(lease_s=600), store.claim_pending(lease_s=600)
+    assert {first.user, second.user} == {"a", "b"} and store.claim_pending(lease_s=600) is None
+    store.add("t", "a", new("3"))  # added to while claimed: still pending after finish
+    store.finish(first)
+    store.finish(second)
+    again = store.claim_pending(lease_s=0.2)  # claimed by a process that then dies
+    assert again.user == "a" and store.claim_pending(lease_s=600) is None
+    time.sleep(0.3)
+    taken = store.claim_pending(lease_s=600)
+    assert taken.user == "a" and taken.mark == again.mark
+    store.finish(taken)
+    assert store.claim_pending(lease_s=600) is None
+    store.add("t", "gone", new("4"))
+    store.forget("t", "gone")  # a forgotten user is not pending
+    assert store.claim_pending(lease_s=600) is None

@@ -1,0 +1,127 @@
+"""Two `lazymem serve` replicas on one real PostgreSQL (agent.store.kind=postgres): what one writes the
+other reads, a forget through one leaves no row and no file on either, and kill -9 of a replica during
+adds loses no acknowledged write."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import psycopg
+import pytest
+from agent_helpers import Service, files_containing
+
+pytestmark = pytest.mark.slow
+
+KEY = "replica-key-0123456789"
+
+
+@pytest.fixture
+def replicas(tmp_path, pg_dsn):
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"acme: {{keys: [{KEY}], retention_days: 3650}}\n")  # a purge round (and maintenance)
+    common = (
+        "method=rag",
+        f"serve.keys_file={keys}",
+        "agent.store.kind=postgres",
+        f"agent.store.dsn={pg_dsn}",
+        "serve.purge_every_s=0.5",
+        "serve.refresh_every_s=0.5",
+        "agent.index_lease_s=5",  # a killed replica's indexing claim passes to the other within seconds
+    )
+    started = []
+    try:
+        for name in ("r1", "r2"):
+            (tmp_path / name).mkdir()
+            started.append(Service(tmp_path / name, *common))
+        yield started
+    finally:
+        for svc in started:
+            svc.stop()
+
+
+def client(svc: Service) -> httpx.Client:
+    return httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+
+
+def msgs(*texts: str) -> dict:
+    return {"messages": [{"role": "user", "text": t} for t in texts]}
+
+
+def test_a_write_through_one_replica_is_read_through_the_other(replicas):
+    one, two = (client(r) for r in replicas)
+    ids = one.post(
+        "/v1/users/ann/messages", json=msgs("My dog is called Biscuit.", "I live in Lyon.")
+    ).json()["ids"]
+    found = two.post("/v1/users/ann/query", json={"question": "What is my dog called?"}).json()
+    assert "Biscuit" in found["text"] and ids[0] in [m["id"] for m in found["messages"]]
+    more = two.post("/v1/users/ann/messages", json=msgs("I started rowing.")).json()["ids"]
+    assert more == [ids[-1] + 1]  # one id counter per tenant, shared by the replicas
+    assert [m["id"] for m in one.get("/v1/users/ann/export").json()["messages"]] == ids + more
+
+
+def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgres, pg_dsn, tmp_path):
+    canary = "CANARY-replica-5d1e-forget-me"
+    one, two = (client(r) for r in replicas)
+    one.post("/v1/users/cat/messages", json=msgs("plain message", f"my locker code is {canary}"))
+    for c in (one, two):  # both replicas build their indexes and derived rows from it
+        assert (
+            canary
+            in c.post("/v1/users/cat/query", json={"question": "What is my locker code?"}).json()["text"]
+        )
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM derived WHERE user_id = 'cat'").fetchone()[0] > 0
+
+    assert one.post("/v1/users/cat/forget", json={}).json() == {"deleted": 2}
+    with psycopg.connect(pg_dsn) as conn:
+        for table in ("messages", "derived", "generations"):
+            rows = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id = 'cat'").fetchone()[0]
+            assert rows == 0, table
+    assert two.post("/v1/users/cat/query", json={"question": "locker code?"}).status_code == 404
+    assert files_containing(canary.encode(), tmp_path / "r1", tmp_path / "r2") == []
+
+    deadline = time.monotonic() + 60  # the next purge round runs the maintenance step
+    while postgres.files_containing(canary.encode()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert postgres.files_containing(canary.encode()) == []
+
+
+def test_kill_9_of_a_replica_during_adds_loses_no_acknowledged_write(replicas, pg_dsn):
+    doomed, survivor = replicas
+    acknowledged: list[int] = []
+
+    def add_until_killed():
+        with client(doomed) as c:
+            for n in range(10_000):
+                try:
+                    r = c.post("/v1/users/bulk/messages", json=msgs(*(f"m{n}-{k}" for k in range(20))))
+                except httpx.TransportError:
+                    return
+                if r.status_code != 201:
+                    return
+                acknowledged.extend(r.json()["ids"])
+
+    writer = threading.Thread(target=add_until_killed)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while len(acknowledged) < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    doomed.kill()
+    writer.join(60)
+    assert len(acknowledged) >= 200
+    stored = [m["id"] for m in client(survivor).get("/v1/users/bulk/export").json()["messages"]]
+    assert set(acknowledged) <= set(stored)
+    assert len(stored) == len(set(stored)) and len(stored) % 20 == 0  # batches whole or absent
+
+    def indexed() -> tuple[int, int]:
+        with psycopg.connect(pg_dsn) as conn:
+            vectors = conn.execute(
+                "SELECT COUNT(*) FROM derived WHERE user_id = 'bulk' AND kind = 'embedding'"
+            ).fetchone()[0]
+            return vectors, conn.execute("SELECT COUNT(*) FROM pending").fetchone()[0]
+
+    deadline = time.monotonic() + 300  # the survivor's indexer embeds what the killed one had not
+    while indexed() != (len(stored), 0) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert indexed() == (len(stored), 0)
