@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
 
 
 def free_port() -> int:

@@ -6,8 +6,9 @@ import asyncio
 import json
 import sys
 
-from agent_helpers import ROOT
 from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from agent_helpers import ROOT
 
 
 async def _session(tmp, calls):

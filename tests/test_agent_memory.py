@@ -10,11 +10,13 @@ import sys
 
 import httpx
 import pytest
-from agent_helpers import Service, files_containing
-from standin import STANDIN_OVERRIDES, standin_env
 
 from lazymem.agent.memory import BadInput
 from lazymem.agent.store import UnknownUser
+
+from agent_helpers import Service, files_containing
+from helpers import EXTENSION
+from standin import STANDIN_OVERRIDES, standin_env
 
 
 def test_import_lazymem_stays_cheap_and_memory_is_exported():
@@ -26,16 +28,13 @@ def test_import_lazymem_stays_cheap_and_memory_is_exported():
 
 def test_users_querying_at_once_share_one_model_server(tmp_path, monkeypatch, toy_modules):
     """Many users' first queries at once (each builds its LLM set) still start a single server."""
-    from pathlib import Path
-
     from lazymem import Memory
 
-    extension = Path(__file__).resolve().parent / "extension"  # the toy backend: an in-process server
-    monkeypatch.syspath_prepend(str(extension))
+    monkeypatch.syspath_prepend(str(EXTENSION))  # the toy backend: an in-process server
     overrides = [
         "llm=toy",
         "llm.common.toy.reply='[]'",
-        f"hydra.searchpath=[file://{extension / 'conf'}]",
+        f"hydra.searchpath=[file://{EXTENSION / 'conf'}]",
         f"agent.dir={tmp_path / 'data'}",
         f"paths.cache={tmp_path}",
     ]

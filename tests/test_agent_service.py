@@ -8,6 +8,7 @@ import json
 
 import httpx
 import pytest
+
 from agent_helpers import Service, files_containing
 
 KEYS = {"a": "key-a-0123456789", "b": "key-b-0123456789", "short": "key-short-0123456789"}

@@ -13,9 +13,10 @@ import threading
 import time
 
 import pytest
-from agent_helpers import files_containing
 
 from lazymem.agent.store import NewMessage, SQLiteStore, UnknownMessages
+
+from agent_helpers import files_containing
 
 
 def batch(*texts: str) -> list[NewMessage]:

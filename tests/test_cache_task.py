@@ -17,7 +17,7 @@ from lazymem.retrieval.embed_cache import EmbeddingCache
 from lazymem.tasks import cache as task
 from lazymem.validate import ConfigError
 
-from conftest import run_cli
+from helpers import run_cli
 
 DAY = 86400.0
 MINILM = "bundled:all-minilm-l6-v2@x|max_len=None"

@@ -4,7 +4,7 @@ import pytest
 
 from lazymem.eval.coverage import aggregate, question_coverage
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def test_question_coverage_by_hand():

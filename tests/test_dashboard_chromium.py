@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
-from test_report import _records, _write_run
 
 from lazymem.tasks import report as report_task
+
+from helpers_runs import write_sweep
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -28,8 +29,7 @@ def dashboard(tmp_path_factory):
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium missing: install Debian's browser with `apt-get install -y chromium`")
     root = tmp_path_factory.mktemp("report")
-    for i, w in ((0, 0), (1, 1)):
-        _write_run(root / "sweep" / str(i), w, _records(w))
+    write_sweep(root / "sweep")
     out = root / "out"
     out.mkdir()
     cfg = OmegaConf.create({"task": "report", "report": {"inputs": [str(root / "sweep")]}})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def doctor_sh(venv: Path) -> subprocess.CompletedProcess:

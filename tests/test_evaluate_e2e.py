@@ -17,7 +17,7 @@ import pytest
 
 from lazymem.eval.summary import read_summary
 
-from conftest import ROOT, SMOLLM2, run_cli
+from helpers import ROOT, SMOLLM2, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -8,10 +8,11 @@ import json
 
 import pytest
 from hydra import compose, initialize_config_dir
-from test_split import TABLE_9
 
 from lazymem.conf import CONF_DIR
 from lazymem.data import DataError, load_dataset
+
+from helpers import TABLE_9
 
 LAST_TWO = (150, 164)  # category 1-4 questions of LoCoMo's last two conversations: 314
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from lazymem.conf import CONF_DIR as CONF
 from lazymem.llm.llm_set import role_config
 
-from test_main_table import METHODS
+from helpers import MAIN_TABLE_METHODS
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # paper mode on tiny models through vLLM's CPU build: neither a paper experiment nor a bundled-model one
@@ -102,7 +102,7 @@ def test_the_rehearsal_is_main_tables_paper_mode_with_models_data_and_sizes_chan
     cfg, paper = composed("rehearsal_cpu"), composed("main_table")
     choices = cfg.hydra.runtime.choices
     assert (choices["llm"], choices["construct"], choices["placement"]) == ("paper", "paper", "none")
-    assert set(cfg.methods) == METHODS and OmegaConf.to_container(cfg.methods, resolve=False) == (
+    assert set(cfg.methods) == MAIN_TABLE_METHODS and OmegaConf.to_container(cfg.methods, resolve=False) == (
         OmegaConf.to_container(paper.methods, resolve=False)
     )
     assert cfg.benchmarks.locomo is None and cfg.benchmarks.longmemeval.name == "synthetic"
@@ -127,7 +127,7 @@ def test_the_rehearsal_is_main_tables_paper_mode_with_models_data_and_sizes_chan
 
 def test_main_table_defines_the_papers_protocol():
     cfg = composed("main_table")
-    assert set(cfg.methods) == METHODS  # Table 1's rows that run here
+    assert set(cfg.methods) == MAIN_TABLE_METHODS  # Table 1's rows that run here
     assert list(cfg.benchmarks.locomo.loader.conversations) == [-2, -1]
     assert list(cfg.benchmarks.locomo.loader.categories) == [1, 2, 3, 4]
     assert (cfg.latency.warmup, cfg.latency.repeats, cfg.llm.cache) == (3, 3, False)

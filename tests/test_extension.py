@@ -22,7 +22,8 @@ from lazymem.llm.llm_set import LLMSet
 from lazymem.preflight import problems as preflight_problems
 from lazymem.validate import problems as validate_problems
 
-EXTENSION = Path(__file__).resolve().parent / "extension"
+from helpers import EXTENSION
+
 FIXED = "llm.common.toy.reply='<think>toy thoughts</think>[]'"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SMOLLM2, run_cli
+from helpers import ROOT, SMOLLM2, run_cli
 
 SMALL = [
     "task=evaluate",

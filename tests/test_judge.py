@@ -15,7 +15,7 @@ from lazymem.eval.summary import read_summary
 from lazymem.llm.client import Decoding
 from lazymem.llm.completion import Completion
 
-from conftest import run_cli
+from helpers import run_cli
 
 CONF = CONF_DIR
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run_cli
+from helpers import run_cli
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="optional extra `slurm` not installed")
 

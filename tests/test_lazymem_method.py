@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from standin import STANDIN_SEARCHPATH, words
-from test_llm_roles import llm_conf
-
 from lazymem.construct.windows import build_windows
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.llm_set import build_llms
 from lazymem.methods.base import Context
 from lazymem.methods.lazymem import LazyMem
 from lazymem.retrieval.base import SearchResult
+
+from helpers_llm import llm_conf
+from standin import STANDIN_SEARCHPATH, words
 
 TEXTS = [
     "Hi, how are you today?",

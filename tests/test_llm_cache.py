@@ -13,7 +13,8 @@ from pathlib import Path
 from lazymem.llm.cache import LLMCache, cache_key
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient, json_schema_format
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 MSGS = [{"role": "user", "content": "q"}]
 
 

@@ -10,7 +10,6 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from standin import StandinServer
 
 from lazymem.llm.backends import get_dialect
 from lazymem.llm.cache import LLMCache
@@ -23,6 +22,8 @@ from lazymem.llm.client import (
     json_schema_format,
 )
 from lazymem.llm.completion import Completion, split_thinking
+
+from standin import StandinServer
 
 MSGS = [{"role": "user", "content": "hi"}]
 

@@ -7,13 +7,13 @@ import importlib.util
 import json
 
 import pytest
-from test_llm_roles import llm_conf
-from test_llm_servers import alive, group_members, spawn_parent, wait_until
 
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient, json_schema_format
 from lazymem.llm.llm_set import build_llms
 from lazymem.llm.models import resolve_model
 from lazymem.llm.servers import LlamaCppServer
+
+from helpers_llm import alive, group_members, llm_conf, spawn_parent, wait_until
 
 pytestmark = [
     pytest.mark.slow,

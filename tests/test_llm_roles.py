@@ -7,8 +7,6 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
@@ -23,17 +21,9 @@ from lazymem.llm.backends import (
 )
 from lazymem.llm.llm_set import LLMSet, ServerRegistry, role_config
 
+from helpers_llm import llm_conf
+
 CONF = CONF_DIR
-
-
-def llm_conf(name: str, *overrides: str) -> dict:
-    """The `llm` node of the root config composed with llm=NAME (+llm=NAME if the root has no default)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        try:
-            cfg = compose("config", overrides=[f"llm={name}", *overrides])
-        except ConfigCompositionException:
-            cfg = compose("config", overrides=[f"+llm={name}", *overrides])
-    return OmegaConf.to_container(cfg.llm, resolve=True)
 
 
 class StubRegistry:

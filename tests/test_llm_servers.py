@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +21,7 @@ from lazymem.llm.servers import (
     VllmServer,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers_llm import alive, group_members, spawn_parent, wait_until
 
 FAKE = textwrap.dedent(
     """
@@ -51,37 +48,6 @@ FAKE = textwrap.dedent(
     HTTPServer(("127.0.0.1", port), H).serve_forever()
     """
 )
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(d.name))
-    return out
-
-
-def wait_until(cond, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
 
 
 @pytest.fixture
@@ -146,38 +112,6 @@ def test_never_healthy_times_out_and_is_killed(fake_cmd, tmp_path):
     with pytest.raises(ServerStartError, match="not healthy after 1.5s"):
         s.start()
     assert s.proc is None
-
-
-PARENT = textwrap.dedent(
-    """
-    import sys, time
-    sys.path.insert(0, {root!r})
-    from lazymem.llm.servers import ManagedServer, LlamaCppServer
-    from lazymem.llm.models import resolve_model
-    if sys.argv[1] == "llama":
-        s = LlamaCppServer(resolve_model("bundled:smollm2-135m"), "smol", {logs!r}, n_threads=1).start()
-    else:
-        s = ManagedServer({cmd!r}, "fake", {logs!r}).start()
-    print(s.pid, flush=True)
-    if sys.argv[2] == "exit":
-        sys.exit(0)  # no stop(): atexit has to do it
-    time.sleep(600)
-    """
-)
-
-
-def spawn_parent(tmp_path: Path, cmd: list[str], kind: str, how: str) -> tuple[subprocess.Popen, int]:
-    code = PARENT.format(root=str(ROOT), cmd=cmd, logs=str(tmp_path / "logs"))
-    err = open(tmp_path / "parent.stderr", "w")  # noqa: SIM115  (the child holds it; closed at exit)
-    parent = subprocess.Popen(
-        [sys.executable, "-c", code, kind, how], stdout=subprocess.PIPE, stderr=err, text=True
-    )
-    line = parent.stdout.readline()
-    err.close()
-    assert line.strip().isdigit(), (
-        f"parent failed to start a server: {(tmp_path / 'parent.stderr').read_text()}"
-    )
-    return parent, int(line)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

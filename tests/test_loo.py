@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))  # the protocol lives beside its script, scripts/loo_retrieval.py
 from loo_select import choose, leave_one_out, regrets, spread  # noqa: E402

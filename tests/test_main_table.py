@@ -8,7 +8,8 @@ from lazymem.eval.summary import read_summary, summary, write_summary
 from lazymem.report.collect import load_run, rows
 from lazymem.report.tables import build_tables, load_references
 
-from conftest import run_cli
+from helpers import MAIN_TABLE_METHODS, run_cli
+from helpers_runs import LOCOMO_JUDGE, table_records
 
 
 def test_main_table_without_gpu_stops_at_once_listing_everything(tmp_path):
@@ -28,43 +29,8 @@ def test_main_table_without_gpu_stops_at_once_listing_everything(tmp_path):
     assert not (tmp_path / "longmemeval").exists()  # no work started
 
 
-def _records(method, n_ok, correct, tokens, total):
-    return [
-        {
-            "qid": f"q{i}",
-            "method": method,
-            "type": "temporal",
-            "abstention": False,
-            "status": "ok",
-            "error": None,
-            "correct": i < correct,
-            "memory_tokens": tokens,
-            "gold_idx": [1],
-            "shown": [1],
-            "retrieved": [1],
-            "retrieval_scores": [0.5],
-            "windows": [],
-            "decided": [],
-            "detail": {},
-            "latency_s": {"retrieval": 0.5, "answer": total - 0.5, "judge": 1.0, "total": total},
-            "scores": {"f1": float(i < correct)},
-        }
-        for i in range(n_ok)
-    ]
-
-
 FAILED = {"qid": "qx", "method": "rag_top20", "type": "temporal", "abstention": False, "status": "error"}
 FAILED |= {"error": "answer model call failed", "scores": {"f1": 0.0}}
-JUDGE = {
-    "model": "deepseek-v4-pro",
-    "style": "locomo",
-    "prompts": "lazymem",
-    "prompts_sha256": None,
-    "prompt_version": "v1",
-    "decision_rule": "first CORRECT / WRONG",
-    "temperature": 0.0,
-    "max_tokens": 1024,
-}
 
 
 def test_tables_put_paper_numbers_beside_ours(tmp_path):
@@ -72,9 +38,9 @@ def test_tables_put_paper_numbers_beside_ours(tmp_path):
         "locomo": {
             "dataset": "locomo",
             "resume_dropped": {},
-            "judge": JUDGE,
+            "judge": LOCOMO_JUDGE,
             "methods": {
-                "rag_top20": summarize(_records("rag_top20", 4, 3, 100, 2.0) + [FAILED]),
+                "rag_top20": summarize(table_records("rag_top20", 4, 3, 100, 2.0) + [FAILED]),
                 "oracle_session": summarize(
                     [
                         {
@@ -87,7 +53,7 @@ def test_tables_put_paper_numbers_beside_ours(tmp_path):
                         }
                     ]
                 ),
-                "my_method": summarize(_records("my_method", 2, 1, 50, 4.0)),
+                "my_method": summarize(table_records("my_method", 2, 1, 50, 4.0)),
             },
         },
     }
@@ -128,17 +94,6 @@ SMALL_CPU = [
     "w=1",
     "methods.nanomemory.top_sessions=2",
 ]
-METHODS = {
-    "oracle_turn",
-    "oracle_session",
-    "rag_top20",
-    "rag_top50",
-    "nanomemory",
-    "mem0",
-    "lazymem_32b",
-    "lazymem_4b",
-    "full_history",
-}
 
 
 @pytest.mark.slow
@@ -158,8 +113,8 @@ def test_cpu_main_table_on_synthetic_data(tmp_path):
     found = read_summary(tmp_path)
     assert found["task"] == "main_table" and list(found["benchmarks"]) == ["longmemeval"]
     methods = found["benchmarks"]["longmemeval"]["methods"]
-    assert set(methods) == METHODS and all(s["ok"] == 1 for s in methods.values())
-    assert found["llm"]["answer"]["calls"] >= len(METHODS)
+    assert set(methods) == MAIN_TABLE_METHODS and all(s["ok"] == 1 for s in methods.values())
+    assert found["llm"]["answer"]["calls"] >= len(MAIN_TABLE_METHODS)
     assert "### Table 1 (longmemeval)" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "table1_longmemeval.csv").exists() and (tmp_path / "table7_memory_tokens.csv").exists()
 
@@ -180,9 +135,9 @@ def test_cpu_main_table_end_to_end(tmp_path, locomo_file):
     assert out.returncode == 0, out.stderr[-3000:]
     summary = read_summary(tmp_path)["benchmarks"]
     for bench in ("longmemeval", "locomo"):
-        assert set(summary[bench]["methods"]) == METHODS - {"mem0"}
+        assert set(summary[bench]["methods"]) == MAIN_TABLE_METHODS - {"mem0"}
         recs = [json.loads(x) for x in (tmp_path / bench / "records.jsonl").read_text().splitlines()]
-        assert len(recs) == len(METHODS) - 1
+        assert len(recs) == len(MAIN_TABLE_METHODS) - 1
     assert summary["locomo"]["methods"]["oracle_session"]["not_applicable"] == 1
     assert summary["longmemeval"]["methods"]["oracle_session"]["ok"] == 1
     md = (tmp_path / "results.md").read_text()

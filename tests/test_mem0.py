@@ -5,92 +5,23 @@ fakes (the end-to-end tests with the real llama.cpp server are in test_mem0_e2e.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
 
 from lazymem.construct.processor import StageError  # noqa: E402
-from lazymem.data.schema import History, Message, Question  # noqa: E402
-from lazymem.llm.client import Decoding  # noqa: E402
-from lazymem.llm.completion import Completion  # noqa: E402
+from lazymem.data.schema import Question  # noqa: E402
 from lazymem.methods.base import Context  # noqa: E402
 from lazymem.methods.mem0 import Mem0  # noqa: E402
-from lazymem.methods.mem0_store import StoreSpec, open_store, owners, plan  # noqa: E402
+from lazymem.methods.mem0_store import owners, plan  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def history(speakers=("user", "assistant"), sessions=2, per_session=3, hid="h1") -> History:
-    msgs, k = [], 0
-    for s in range(sessions):
-        for i in range(per_session):
-            role = speakers[i % len(speakers)]
-            date = f"2023/05/0{s + 1} (Mon) 10:00"
-            msgs.append(Message(k, f"s{s}", date, role, f"fact {k}: {role} likes item {k}"))
-            k += 1
-    return History(hid, msgs)
-
-
-class FakeLLM:
-    """Answers Mem0's extraction prompt with one memory per new message, like a perfect extractor."""
-
-    def __init__(self, fail_on_call: int | None = None):
-        self.cfg = SimpleNamespace(
-            served_name="fake", model_id="fake-1", structured=True, decoding=Decoding()
-        )
-        self.calls, self.fail_on_call = 0, fail_on_call
-
-    async def chat(self, messages, response_format=None, **decoding):
-        self.calls += 1
-        if self.calls == self.fail_on_call:
-            return Completion("", error="HTTP 500: boom")
-        new = messages[1]["content"].split("## New Messages", 1)[1].split("##", 1)[0]
-        facts = re.findall(r"fact \d+: [^\n\"]+", new)
-        body = {"memory": [{"id": str(i), "text": f.strip()} for i, f in enumerate(facts)]}
-        return Completion(json.dumps(body), prompt_tokens=100, completion_tokens=20, latency_s=0.5)
-
-
-class FakeDense:
-    """Bag-of-words hashing vectors: texts sharing words are close."""
-
-    query_template = "{query}"
-
-    def __init__(self):
-        self.encoder = SimpleNamespace(identity="fake-encoder|dim=64", encode=self.encode)
-
-    def encode(self, texts):
-        out = np.zeros((len(texts), 64), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
-
-    def embed_query(self, text):
-        return self.encode([text])[0]
-
-
-def spec(tmp_path, batch_size=2) -> StoreSpec:
-    return StoreSpec(tmp_path / "stores", None, batch_size, None)
-
-
-def build(h, sp, llm):
-    async def go():
-        store, built = await open_store(h, sp, llm, FakeDense())
-        memories = await asyncio.to_thread(store.all_memories)
-        store.close()
-        return store, built, memories
-
-    return asyncio.run(go())
+from helpers import TESTS  # noqa: E402
+from helpers_mem0 import FakeDense, FakeLLM, build, guarded_env, history, spec  # noqa: E402
 
 
 def test_plan_longmemeval_keeps_roles_and_batches_in_twos():
@@ -220,43 +151,6 @@ def test_bad_method_config_is_refused(tmp_path):
         Mem0(store_dir=str(tmp_path), custom_instructions="no_such_prompt")
 
 
-GUARD = textwrap.dedent(
-    """
-    # sitecustomize: every outbound connection that is not loopback is refused and logged
-    import ipaddress, os, socket
-    _connect = socket.socket.connect
-    def _guarded(self, address):
-        host = address[0] if isinstance(address, tuple) else None
-        if host is not None:
-            try:
-                local = ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                local = host == "localhost"
-            if not local:
-                with open(os.environ["NETWORK_LOG"], "a") as f:
-                    f.write(f"{host}\\n")
-                raise OSError("network disabled for this test")
-        return _connect(self, address)
-    socket.socket.connect = _guarded
-    """
-)
-
-
-def guarded_env(tmp_path: Path) -> dict:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(GUARD)
-    import os
-
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
-        "NETWORK_LOG": str(tmp_path / "network.log"),
-        "MEM0_TELEMETRY": "True",  # the method must turn it off itself
-        "HOME": str(tmp_path / "home"),
-    }
-
-
 def test_network_guard_refuses_and_logs_outbound_connections(tmp_path):
     code = textwrap.dedent(
         """
@@ -279,8 +173,8 @@ def test_mem0_builds_and_searches_with_no_outbound_connection(tmp_path):
     script = textwrap.dedent(
         f"""
         import asyncio, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_mem0 import FakeLLM, FakeDense, history, spec
+        sys.path.insert(0, {str(TESTS)!r})
+        from helpers_mem0 import FakeLLM, FakeDense, history, spec
         from pathlib import Path
         from lazymem.methods.mem0_store import open_store
         async def go():
@@ -308,10 +202,10 @@ def test_mem0_rows_get_the_papers_numbers_in_tables_1_and_7(tmp_path):
     from lazymem.report.collect import load_run, rows
     from lazymem.report.tables import build_tables
 
-    from test_main_table import JUDGE, _records
+    from helpers_runs import LOCOMO_JUDGE, table_records
 
-    methods = {"mem0": summarize(_records("mem0", 4, 2, 300, 3.0))}
-    bench = {"locomo": {"dataset": "locomo", "resume_dropped": {}, "judge": JUDGE, "methods": methods}}
+    methods = {"mem0": summarize(table_records("mem0", 4, 2, 300, 3.0))}
+    bench = {"locomo": {"dataset": "locomo", "resume_dropped": {}, "judge": LOCOMO_JUDGE, "methods": methods}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
     write_summary(tmp_path, summary("main_table", bench))
     tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}

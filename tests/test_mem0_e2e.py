@@ -24,15 +24,13 @@ import pytest
 
 pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
 
-from standin import STANDIN_OVERRIDES, standin_env  # noqa: E402
-from test_mem0 import guarded_env  # noqa: E402
-
 from lazymem.methods import mem0_store as ms  # noqa: E402
 
-from conftest import SMOLLM2  # noqa: E402
+from helpers import ROOT, SCRIPTS, SMOLLM2  # noqa: E402
+from helpers_mem0 import guarded_env  # noqa: E402
+from standin import STANDIN_OVERRIDES, standin_env  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(SCRIPTS))
 from bench_mem0 import truncate_locomo  # noqa: E402
 
 

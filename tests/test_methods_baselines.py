@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +21,6 @@ from lazymem.methods.nanomemory import NONE_MARKER, NanoMemory, copied_from, ses
 from lazymem.methods.oracle_session import NotApplicable, OracleSession
 from lazymem.report.tables import PAPER as PAPER_DIR
 from lazymem.tokens import count_tokens
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_history(sessions: list[tuple[str, str, list[str]]]) -> History:

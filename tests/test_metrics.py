@@ -3,81 +3,11 @@ import pytest
 from lazymem.eval.metrics import summarize
 from lazymem.eval.results import render_results
 
-
-def rec(
-    qid,
-    qtype,
-    correct,
-    *,
-    status="ok",
-    abstention=False,
-    tokens=10,
-    gold=(1,),
-    shown=(1,),
-    decided=(),
-    windows=(),
-    lat=1.0,
-):
-    r = {
-        "qid": qid,
-        "method": "m",
-        "type": qtype,
-        "abstention": abstention,
-        "scores": {},
-        "status": status,
-        "error": None if status == "ok" else "answer model call failed: 500",
-    }
-    if status == "ok":
-        r |= {
-            "correct": correct,
-            "memory_tokens": tokens,
-            "gold_idx": list(gold),
-            "shown": list(shown),
-            "latency_s": {
-                "retrieval": 0.1,
-                "processing": lat,
-                "answer": 2.0,
-                "judge": 0.5,
-                "total": 2.1 + lat,
-            },
-            "retrieved": [],
-            "retrieval_scores": [],
-            "windows": list(windows),
-            "decided": list(decided),
-            "detail": {},
-        }
-    return r
-
-
-RECORDS = [
-    rec(
-        "a",
-        "x",
-        True,
-        tokens=10,
-        decided=[0, 1, 2, 3],
-        shown=(1, 2),
-        windows=[{"outcome": "gate_ok"}, {"outcome": "salvaged"}],
-    ),
-    rec(
-        "b",
-        "x",
-        False,
-        tokens=30,
-        gold=(5, 6),
-        shown=(5,),
-        decided=[4, 5, 6, 7],
-        windows=[{"outcome": "gate_ok"}],
-    ),
-    rec("c", "y", True, tokens=20, lat=3.0, windows=[{"outcome": "fallback"}, {"outcome": "gate_ok"}]),
-    rec("d", "y", None),  # the judge reply had no label
-    rec("e", "y", True, abstention=True, gold=(), shown=()),
-    rec("f", "x", None, status="error"),
-]
+from helpers_runs import METRIC_RECORDS, metric_record
 
 
 def test_lj_counts_every_question_and_judged_accuracy_stays_beside_it():
-    s = summarize(RECORDS)
+    s = summarize(METRIC_RECORDS)
     assert (s["questions"], s["ok"], s["errors"], s["judged"], s["judge_errors"]) == (6, 5, 1, 4, 1)
     # LJ as the paper reports it: the failed question f and the unlabelled reply d count as wrong
     assert s["accuracy"] == pytest.approx(3 / 6)
@@ -93,7 +23,7 @@ def test_lj_counts_every_question_and_judged_accuracy_stays_beside_it():
 
 
 def test_construction_and_evidence_against_gold():
-    s = summarize(RECORDS)
+    s = summarize(METRIC_RECORDS)
     # a: gold {1} decided & kept; 0,2,3 non-gold, 2 kept. b: gold {5,6} decided, 5 kept; 4,7 dropped.
     assert s["construction"] == {
         "gold_decided": 3,
@@ -107,7 +37,7 @@ def test_construction_and_evidence_against_gold():
 
 
 def test_results_render_every_method_and_stage():
-    bench = {"dataset": "synthetic", "methods": {"m": summarize(RECORDS), "empty": summarize([])}}
+    bench = {"dataset": "synthetic", "methods": {"m": summarize(METRIC_RECORDS), "empty": summarize([])}}
     server = {"kind": "vllm", "served_name": "qwen3-32b", "base_url": "http://127.0.0.1:8000/v1"}
     llm = {"answer": {"calls": 7, "cache_hits": 2, "errors": 1, "server": server}, "judge": {"calls": 1}}
     md = render_results(bench, llm=llm)
@@ -119,18 +49,18 @@ def test_results_render_every_method_and_stage():
 
 
 def test_latency_statistics_pool_every_timed_run():
-    r = rec("a", "x", True)
+    r = metric_record("a", "x", True)
     r["latency_runs"] = [{"answer": 1.0, "total": 1.0}, {"answer": 3.0, "total": 3.0}]
-    s = summarize([r, rec("b", "x", True)])  # b has one run: answer 2.0
+    s = summarize([r, metric_record("b", "x", True)])  # b has one run: answer 2.0
     assert s["latency_s"]["answer"]["n"] == 3 and s["latency_s"]["answer"]["mean"] == pytest.approx(2.0)
 
 
 def test_model_free_scores_cover_every_question_and_render_beside_the_judge():
-    records = [rec("a", "x", True), rec("b", "x", False), rec("c", "y", True)]
-    records.append(rec("d", "y", None, status="error"))
+    records = [metric_record("a", "x", True), metric_record("b", "x", False), metric_record("c", "y", True)]
+    records.append(metric_record("d", "y", None, status="error"))
     for r, f1 in zip(records, (1.0, 0.5, 0.25, 0.0), strict=True):  # the failed d: its empty answer's 0
         r["scores"] = {"f1": f1}
-    s = summarize(records + [rec("e", "z", True)])  # e: no metric applies (no scores)
+    s = summarize(records + [metric_record("e", "z", True)])  # e: no metric applies (no scores)
     assert s["f1"] == pytest.approx(1.75 / 4)
     assert s["f1_by_type"] == pytest.approx({"x": 0.75, "y": 0.125})
     judge = {
@@ -149,7 +79,10 @@ def test_model_free_scores_cover_every_question_and_render_beside_the_judge():
 
 
 def test_results_tables_stay_well_formed_when_no_question_succeeded():
-    failed = [rec("q1", "single-hop", None, status="error"), rec("q2", "temporal", None, status="error")]
+    failed = [
+        metric_record("q1", "single-hop", None, status="error"),
+        metric_record("q2", "temporal", None, status="error"),
+    ]
     md = render_results({"dataset": "locomo", "methods": {"m": summarize(failed)}})
     table = [line for line in md.split("## Memory")[0].splitlines() if line.startswith("|")]
     widths = {line.count("|") for line in table}

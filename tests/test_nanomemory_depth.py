@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from lazymem.conf import CONF_DIR as CONF
 from lazymem.eval.summary import read_summary
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def composed(experiment, *overrides):

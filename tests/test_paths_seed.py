@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from lazymem.conf import CONF_DIR
 from lazymem.runner import seed_everything
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def root(*overrides):

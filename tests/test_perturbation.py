@@ -12,7 +12,7 @@ from lazymem.eval.perturbed_memories import summarize, variant_names, variants
 from lazymem.eval.summary import read_summary
 from lazymem.tracking import outputs
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def composed(*overrides):

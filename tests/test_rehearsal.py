@@ -16,13 +16,12 @@ import subprocess
 import sys
 
 import pytest
-from test_train_sft import write_sft_dir
 
 from lazymem.llm.servers import VllmServer, free_port
 from lazymem.train.diagnostics import load_jsonl
 
-from conftest import ROOT, run_cli
-from test_main_table import METHODS
+from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
+from helpers_train import write_sft_dir
 
 pytestmark = pytest.mark.slow
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
@@ -110,7 +109,9 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp
     assert "--no-enable-chunked-prefill" in command and "--gpu-memory-utilization" not in command
 
     records = load_jsonl(run_dir / "longmemeval" / "records.jsonl")
-    assert {r["method"] for r in records} == METHODS and len(records) == 2 * len(METHODS)
+    assert {r["method"] for r in records} == MAIN_TABLE_METHODS and len(records) == 2 * len(
+        MAIN_TABLE_METHODS
+    )
     for rec in records:  # answered, or a named error: never a crash's traceback
         assert rec["status"] in ("ok", "error") and "traceback" not in rec, rec
         assert rec["status"] == "ok" or rec["error"], rec

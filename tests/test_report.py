@@ -4,101 +4,23 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import yaml
 from omegaconf import OmegaConf
 
-from lazymem.eval.metrics import summarize
-from lazymem.eval.summary import SummaryError, summary, write_summary
+from lazymem.eval.summary import SummaryError
 from lazymem.report.collect import find_runs, load_runs, rows
 from lazymem.report.dashboard import render
 from lazymem.report.plots import make_plots, pareto_frontier
 from lazymem.report.tables import build_tables, load_references
 from lazymem.tasks import report as report_task
 
+from helpers_runs import EVIL, sweep_records, write_run
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-EVIL = "</script><script>alert('x')</script><b>bold</b>"
-
-
-def _record(qid, method, qtype, correct, tokens, total, windows=None, gold=(3,)):
-    return {
-        "qid": qid,
-        "method": method,
-        "type": qtype,
-        "abstention": False,
-        "question": f"question {qid}?",
-        "reference": "Clover",
-        "gold_idx": list(gold),
-        "retrieved": [3, 9],
-        "shown": [3] if correct else [9],
-        "retrieval_scores": [0.9, 0.5],
-        "decided": [2, 3, 4] if windows else [],
-        "windows": windows or [],
-        "detail": {},
-        "scores": {},
-        "memory": f"memory of {qid} {EVIL}",
-        "answer": f"answer {qid}",
-        "answer_thinking": "thinking...",
-        "correct": correct,
-        "judge_raw": "Yes" if correct else "No",
-        "status": "ok",
-        "error": None,
-        "memory_tokens": tokens,
-        "latency_s": {
-            "retrieval": 0.1,
-            "processing": total - 1.1,
-            "answer": 1.0,
-            "judge": 0.5,
-            "total": total,
-        },
-    }
-
-
-def _window(idx):
-    decisions = [["KEEP", f"kept {i}", "relevant"] if i == 3 else ["DROP", "", "noise"] for i in idx]
-    return {"idx": idx, "core": [idx[len(idx) // 2]], "outcome": "gate_ok", "gate_error": None,
-            "decisions": decisions, "raw": "[]"}  # fmt: skip
-
-
-def _write_run(path, w, records, stage=None):
-    path.mkdir(parents=True)
-    cfg = {"task": "evaluate", "w": w, "data": {"name": "longmemeval"}, "retrieval": {"n": 50},
-           "methods": {"lazymem_4b": {"name": "lazymem_4b", "radius": w}, "rag_top50": {"name": "rag_top50"}},
-           "llm": {"roles": {"memory": {"model": "tiny"}}}}  # fmt: skip
-    if stage:
-        cfg["stage"] = stage
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    by_method = {}
-    for r in records:
-        by_method.setdefault(r["method"], []).append(r)
-    methods = {m: summarize(rs) for m, rs in by_method.items()}
-    bench = {"dataset": "longmemeval", "judge": {}, "methods": methods, "resume_dropped": {}}
-    write_summary(path, summary("evaluate", {"longmemeval": bench}))
-    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-
-
-def _records(w):
-    # w=0: the windows miss gold message 3 for q2; w=1 covers it for both questions.
-    win_q1 = [_window([2, 3, 4])]
-    win_q2 = [_window([8, 9, 10])] if w == 0 else [_window([2, 3, 4]), _window([8, 9, 10])]
-    return [
-        _record("q1", "lazymem_4b", "knowledge-update", True, 200, 40.0, win_q1),
-        _record("q2", "lazymem_4b", "multi-session", w == 1, 220, 44.0, win_q2),
-        _record("q1", "rag_top50", "knowledge-update", True, 14000, 30.0),
-        _record("q2", "rag_top50", "multi-session", False, 15000, 32.0),
-    ]
-
-
-@pytest.fixture
-def sweep(tmp_path):
-    root = tmp_path / "sweep"
-    for i, w in ((0, 0), (1, 1)):
-        _write_run(root / str(i), w, _records(w))
-    return root
 
 
 def test_find_runs_in_sweep_and_main_table_layout(sweep, tmp_path):
     mt = tmp_path / "mt"
-    _write_run(mt / "longmemeval", 1, _records(1))  # then move config and summary up, as task=main_table
+    write_run(mt / "longmemeval", 1, sweep_records(1))  # then move config and summary up, as task=main_table
     for name in ("config.yaml", "summary.json"):  # writes them, the records staying in the benchmark's folder
         (mt / "longmemeval" / name).rename(mt / name)
     found = find_runs([sweep, mt])
@@ -162,8 +84,8 @@ def test_csv_has_ours_and_paper_columns(sweep):
 
 
 def test_single_w_has_no_table2_and_stage_label_makes_table3(tmp_path):
-    _write_run(tmp_path / "a", 1, _records(1), stage="sft")
-    _write_run(tmp_path / "b", 1, _records(1), stage="rl")
+    write_run(tmp_path / "a", 1, sweep_records(1), stage="sft")
+    write_run(tmp_path / "b", 1, sweep_records(1), stage="rl")
     tables = {t.key: t for t in build_tables(rows(load_runs([tmp_path])))}
     assert "table2_radius" not in tables
     t3 = tables["table3_longmemeval"].markdown()

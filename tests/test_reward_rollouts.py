@@ -11,7 +11,7 @@ from lazymem.llm.llm_set import role_config
 from lazymem.tracking import outputs
 from lazymem.train.diagnostics import load_jsonl, reward_ordering
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def composed(*overrides):

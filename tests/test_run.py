@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from conftest import ROOT, run_cli
+from helpers import ROOT, run_cli
 
 
 def test_stats_run_writes_config_meta_and_outputs(tmp_path):

@@ -5,14 +5,7 @@ import pytest
 from lazymem.data.schema import Question
 from lazymem.data.stratified_split import allocate, count_table, make_split, split_sizes
 
-TABLE_9 = {  # type: (total, train, val, test), the paper's Appendix D.1
-    "single-session-user": (70, 50, 6, 14),
-    "single-session-assistant": (56, 40, 5, 11),
-    "single-session-preference": (30, 22, 2, 6),
-    "multi-session": (133, 96, 10, 27),
-    "temporal-reasoning": (133, 96, 11, 26),
-    "knowledge-update": (78, 56, 6, 16),
-}
+from helpers import TABLE_9
 
 
 def questions_like_longmemeval(seed_offset=0):

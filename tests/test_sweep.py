@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 pytestmark = pytest.mark.slow
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}

@@ -19,22 +19,29 @@ from pathlib import Path
 import matplotlib
 import pytest
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from lazymem import tracking
-from lazymem.eval.metrics import summarize
-from lazymem.eval.summary import summary, write_summary
+from lazymem.eval.summary import summary
 from lazymem.tracking import outputs
 from lazymem.tracking.live import Live
 from lazymem.tracking.redaction import redacted_argv, wandb_config
 from lazymem.tracking.settings import resolve_mode
 
-from conftest import ROOT, read_wandb, run_cli
+from helpers import ROOT, read_wandb, run_cli
+from helpers_runs import (
+    KEY_ENV,
+    SECRET,
+    TRACKED_RECORDS,
+    tracked_bench,
+    tracked_record,
+    tracked_summary,
+    tracking_cfg,
+    write_tracked_run,
+)
 
 matplotlib.use("Agg")
 
-SECRET = "sk-fake-0123456789abcdef"
-KEY_ENV = "LAZYMEM_FAKE_TRACKING_KEY"
 # never online, no error reports, no terminal chatter
 QUIET = {"WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true", "WANDB_API_KEY": None}
 
@@ -42,102 +49,9 @@ QUIET = {"WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true", "WANDB_API_KE
 # --- fixtures: an evaluate-like run directory ------------------------------------------------------
 
 
-def _record(qid, method, qtype, correct, tokens=100, total=2.0, status="ok", answer="an answer", windows=()):
-    return {
-        "qid": qid,
-        "method": method,
-        "type": qtype,
-        "abstention": False,
-        "question": f"question {qid}?",
-        "reference": "Clover",
-        "query_time": "2023/05/20 (Sat) 10:00",
-        "gold_idx": [3],
-        "scores": {},
-        "retrieved": [3, 9],
-        "retrieval_scores": [0.9, 0.1],
-        "shown": [3],
-        "decided": [],
-        "windows": list(windows),
-        "detail": {},
-        "memory": "memory",
-        "answer": answer,
-        "correct": correct if status == "ok" else None,
-        "status": status,
-        "error": None if status == "ok" else "TimeoutError: judge",
-        "memory_tokens": tokens,
-        "latency_s": {"retrieval": 0.1, "processing": 0.4, "answer": 1.0, "judge": 0.5, "total": total},
-    }
-
-
-RECORDS = [
-    _record("q1", "lazymem", "multi-session", True, answer="x" * 5000),
-    _record("q2", "lazymem", "knowledge-update", False),
-    _record("q1", "rag", "multi-session", True, tokens=9000, total=1.5),
-    _record("q2", "rag", "knowledge-update", None, status="error"),
-]
-
-
-JUDGE = {"model": "deepseek-v4-pro", "model_id": None, "style": "longmemeval", "prompts": "lazymem",
-         "prompts_sha256": None, "prompt_version": "v1", "decision_rule": "yes/no", "temperature": 0.0,
-         "max_tokens": 10, "metrics": []}  # fmt: skip
-
-
-def _bench(records=RECORDS) -> dict:
-    methods = {}
-    for r in records:
-        methods.setdefault(r["method"], []).append(r)
-    return {
-        "dataset": "synthetic",
-        "judge": JUDGE,
-        "methods": {m: summarize(rs) for m, rs in methods.items()},
-        "resume_dropped": {"errors": 0, "torn_lines": 0},
-    }
-
-
-def _summary(**benchmarks) -> dict:
-    return summary(
-        "evaluate", benchmarks or {"synthetic": _bench()}, {"answer": {"calls": 4, "cache_hits": 1}}
-    )
-
-
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
-    d = tmp_path / "12-00-00_evaluate_abc"
-    d.mkdir()
-    write_summary(d, _summary())
-    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    (d / "meta.json").write_text(
-        json.dumps({"task": "evaluate", "datasets": [{"name": "synthetic", "sha256": "ab12"}]})
-    )
-    (d / "coverage.json").write_text(json.dumps({"n": 50, "radii": {"2": {"all_at_n": 0.75}}}))
-    (d / "table1.csv").write_text("method,LJ\nlazymem,0.5\nrag,0.25\n")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(1, 1))
-    fig.savefig(d / "tradeoff.png")
-    plt.close(fig)
-    return d
-
-
-def _cfg(**logger) -> DictConfig:
-    judge = {"api_key_env": KEY_ENV, "api_key": SECRET, "header": f"${{oc.env:{KEY_ENV},null}}"}
-    base = {
-        "task": "evaluate",
-        "llm": {"judge": judge},
-        "logger": {
-            "backend": "wandb",
-            "project": "lazymem",
-            "entity": None,
-            "mode": "offline",
-            "group": None,
-            "tags": ["t1"],
-            "dir": None,
-            "log_records": True,
-            "max_records": 1000,
-            **logger,
-        },
-    }
-    return OmegaConf.create(base)
+    return write_tracked_run(tmp_path / "12-00-00_evaluate_abc")
 
 
 # --- reading what wandb wrote -----------------------------------------------------------------------
@@ -221,7 +135,7 @@ def no_leaked_service():
 
 
 def test_summary_is_flattened_per_benchmark_method_type_and_stage():
-    flat = outputs.flatten_summary(_summary())
+    flat = outputs.flatten_summary(tracked_summary())
     assert flat["synthetic/lazymem/accuracy"] == 0.5
     assert flat["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
     assert flat["synthetic/lazymem/by_type/knowledge-update/accuracy"] == 0.0
@@ -234,7 +148,9 @@ def test_summary_is_flattened_per_benchmark_method_type_and_stage():
     assert flat["synthetic/judge/model"] == "deepseek-v4-pro" and flat["task"] == "evaluate"
     assert not any("error_messages" in k or "accuracy_by_type" in k for k in flat)
     assert all(isinstance(v, bool | int | float | str) for v in flat.values())
-    both = outputs.flatten_summary(_summary(synthetic=_bench(), locomo=_bench(RECORDS[2:])))
+    both = outputs.flatten_summary(
+        tracked_summary(synthetic=tracked_bench(), locomo=tracked_bench(TRACKED_RECORDS[2:]))
+    )
     assert both["locomo/rag/latency/total/p95"] == 1.5 and "locomo/lazymem/accuracy" not in both
     assert both["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
     table = outputs.flatten_summary(summary("perturbation", tables={"perturbation": {"variants": {"a": 1}}}))
@@ -242,21 +158,21 @@ def test_summary_is_flattened_per_benchmark_method_type_and_stage():
 
 
 def test_model_free_metrics_are_flattened_like_accuracy():
-    bench = _bench()
+    bench = tracked_bench()
     bench["methods"]["lazymem"] |= {"f1": 0.4, "f1_by_type": {"temporal": 0.25, "single-hop": None}}
-    flat = outputs.flatten_summary(_summary(locomo=bench))
+    flat = outputs.flatten_summary(tracked_summary(locomo=bench))
     assert flat["locomo/lazymem/f1"] == 0.4 and flat["locomo/lazymem/by_type/temporal/f1"] == 0.25
     assert "locomo/lazymem/by_type/single-hop/f1" not in flat and not any("f1_by_type" in k for k in flat)
 
 
 def test_record_rows_are_a_fixed_column_subset_with_clipped_text():
-    rows = outputs.record_rows(RECORDS, max_records=3)
+    rows = outputs.record_rows(TRACKED_RECORDS, max_records=3)
     assert len(rows) == 3 and all(len(r) == len(outputs.RECORD_COLUMNS) for r in rows)
     row = dict(zip(outputs.RECORD_COLUMNS, rows[0], strict=True))
     assert row["method"] == "lazymem" and row["qid"] == "q1" and row["type"] == "multi-session"
     assert row["correct"] is True and row["latency_s"] == 2.0 and row["memory_tokens"] == 100
     assert len(row["answer"]) == outputs.MAX_CHARS and row["answer"].endswith("…")
-    err = dict(zip(outputs.RECORD_COLUMNS, outputs.record_row(RECORDS[3]), strict=True))
+    err = dict(zip(outputs.RECORD_COLUMNS, outputs.record_row(TRACKED_RECORDS[3]), strict=True))
     assert err["status"] == "error" and err["error"].startswith("TimeoutError") and err["correct"] is None
     assert outputs.record_row({"reference": 7, "latency_s": 1.5})[4:9] == ["7", None, None, None, 1.5]
 
@@ -289,19 +205,21 @@ def test_a_summary_of_an_unknown_shape_is_one_warning_naming_the_file(run_dir, c
 def test_live_rows_hold_running_accuracy_and_this_question(tmp_path):
     live = Live()
     windows = [{"outcome": "gate_ok", "format_ok": True}, {"outcome": "fallback", "format_ok": False}]
-    first = live.row(_record("q1", "lazymem", "x", True, tokens=50, windows=windows), "synthetic")
+    first = live.row(tracked_record("q1", "lazymem", "x", True, tokens=50, windows=windows), "synthetic")
     assert live.step == 1 and first["live/questions"] == 1
     p = "live/synthetic/lazymem"
     assert first[f"{p}/accuracy"] == 1.0 and first[f"{p}/correct"] == 1 and first[f"{p}/memory_tokens"] == 50
     assert first[f"{p}/gate_ok"] == 0.5 and first[f"{p}/format_ok"] == 0.5 and first[f"{p}/windows"] == 2
     assert first[f"{p}/latency/processing"] == 0.4 and first[f"{p}/errors"] == 0
-    failed = live.row(_record("q2", "lazymem", "x", None, status="error"), "synthetic")
+    failed = live.row(tracked_record("q2", "lazymem", "x", None, status="error"), "synthetic")
     assert (
         failed[f"{p}/accuracy"] == 0.5 and failed[f"{p}/errors"] == 1 and f"{p}/memory_tokens" not in failed
     )
-    other = live.row(_record("q1", "rag", "x", False), "locomo")  # no windows: no gate share
+    other = live.row(tracked_record("q1", "rag", "x", False), "locomo")  # no windows: no gate share
     assert other["live/locomo/rag/accuracy"] == 0.0 and "live/locomo/rag/gate_ok" not in other
-    skipped = live.row({**_record("q3", "lazymem", "x", None), "status": "not_applicable"}, "synthetic")
+    skipped = live.row(
+        {**tracked_record("q3", "lazymem", "x", None), "status": "not_applicable"}, "synthetic"
+    )
     assert skipped == {"live/questions": 4, f"{p}/not_applicable": 1} and live.step == 4
     assert all(isinstance(v, int | float) for row in (first, failed, other) for v in row.values())
 
@@ -332,7 +250,7 @@ def test_mode_from_the_environment_wins_over_the_config():
 
 def test_secrets_are_removed_from_the_config_and_the_command_line(monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
-    cfg = _cfg()
+    cfg = tracking_cfg()
     config = wandb_config(cfg)
     assert SECRET not in json.dumps(config)
     assert config["llm"]["judge"]["api_key"] == "<redacted>"
@@ -352,18 +270,20 @@ def test_secrets_are_removed_from_the_config_and_the_command_line(monkeypatch):
 
 def test_subprocess_env_for_trainers(tmp_path):
     base = {"PATH": "/bin", "WANDB_MODE": "offline"}
-    env = tracking.subprocess_env(_cfg(mode="online", entity="team", group="g1"), tmp_path, "sft", base)
+    env = tracking.subprocess_env(
+        tracking_cfg(mode="online", entity="team", group="g1"), tmp_path, "sft", base
+    )
     assert env["PATH"] == "/bin" and env["WANDB_PROJECT"] == "lazymem" and env["WANDB_ENTITY"] == "team"
     assert env["WANDB_MODE"] == "offline"  # the environment's own mode wins
     assert env["WANDB_DIR"] == str(tmp_path.resolve()) and env["WANDB_NAME"] == "sft"
     assert env["WANDB_RUN_GROUP"] == "g1" and env["WANDB_TAGS"] == "t1"
-    env = tracking.subprocess_env(_cfg(mode="online"), tmp_path, "grpo", {"PATH": "/bin"})
+    env = tracking.subprocess_env(tracking_cfg(mode="online"), tmp_path, "grpo", {"PATH": "/bin"})
     assert env["WANDB_MODE"] == "online" and "WANDB_ENTITY" not in env
     assert env["WANDB_RUN_GROUP"] == tmp_path.name  # the launching run's own: shown beside it
     off = tracking.subprocess_env(OmegaConf.create({"logger": {"backend": "none"}}), tmp_path, "sft", base)
     assert off == {"PATH": "/bin", "WANDB_MODE": "disabled"}
     assert tracking.subprocess_env(OmegaConf.create({}), tmp_path, "sft", {})["WANDB_MODE"] == "disabled"
-    assert tracking.trainer_reports(_cfg()) and not tracking.trainer_reports(OmegaConf.create({}))
+    assert tracking.trainer_reports(tracking_cfg()) and not tracking.trainer_reports(OmegaConf.create({}))
 
 
 def test_logger_none_does_nothing_and_never_imports_wandb(tmp_path):
@@ -443,14 +363,14 @@ def test_the_tracker_logs_what_the_run_directory_holds(run_dir, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setattr(sys, "argv", ["lazymem/run.py", f"+llm.judge.api_key={SECRET}"])
-    tracker = tracking.start(_cfg(), run_dir)
+    tracker = tracking.start(tracking_cfg(), run_dir)
     assert tracker.active and sys.argv[1] == f"+llm.judge.api_key={SECRET}"  # restored
     (init,) = fake.inits
     assert init["name"] == run_dir.name and init["mode"] == "offline" and init["group"] == run_dir.name
     assert init["job_type"] == "evaluate" and init["dir"] == str(run_dir) and init["tags"] == ["t1"]
     assert init["project"] == "lazymem" and init["entity"] is None
     assert SECRET not in json.dumps(init["config"]) and SECRET not in " ".join(init["argv"])
-    for record in RECORDS:
+    for record in TRACKED_RECORDS:
         tracker.on_record("synthetic")(record)
     tracker.finish(run_dir, {"questions": 2, "methods": {}}, ok=False)
     (run,) = fake.runs
@@ -475,7 +395,7 @@ def test_a_failure_while_logging_still_finishes_the_run(run_dir, monkeypatch, ca
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    tracker = tracking.start(_cfg(log_records=False), run_dir)
+    tracker = tracking.start(tracking_cfg(log_records=False), run_dir)
 
     def broken(*a, **k):
         raise OSError("disk full")
@@ -491,7 +411,7 @@ def test_a_tracker_that_cannot_start_is_one_warning(run_dir, monkeypatch, caplog
     fake = FakeWandb(fail_init=True)
     monkeypatch.setitem(sys.modules, "wandb", fake)
     with caplog.at_level(logging.WARNING, logger="lazymem"):
-        tracker = tracking.start(_cfg(), run_dir)
+        tracker = tracking.start(tracking_cfg(), run_dir)
     assert not tracker.active and "tracking off" in caplog.text and "no-tty" in caplog.text
     tracker.finish(run_dir, {"x": 1}, ok=True)  # a no-op
     # online without credentials: not even an attempt (wandb would prompt on a terminal)
@@ -499,11 +419,11 @@ def test_a_tracker_that_cannot_start_is_one_warning(run_dir, monkeypatch, caplog
     monkeypatch.setitem(sys.modules, "wandb", fake)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="lazymem"):
-        assert not tracking.start(_cfg(mode="online"), run_dir).active
+        assert not tracking.start(tracking_cfg(mode="online"), run_dir).active
     assert not fake.inits and "needs credentials" in caplog.text
     # WANDB_MODE=disabled: nothing at all
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert not tracking.start(_cfg(), run_dir).active and not fake.inits
+    assert not tracking.start(tracking_cfg(), run_dir).active and not fake.inits
 
 
 # --- the real wandb, offline ------------------------------------------------------------------------
@@ -523,11 +443,13 @@ def test_real_offline_run_in_process(run_dir, monkeypatch, no_leaked_service):
     ckpt = run_dir.parent / "checkpoint"
     ckpt.mkdir()
     (ckpt / "model.safetensors").write_bytes(b"\0" * 1024)
-    leaky = _record("q3", "rag", "multi-session", None, status="error") | {"error": f"HTTP 401 key={SECRET}"}
+    leaky = tracked_record("q3", "rag", "multi-session", None, status="error") | {
+        "error": f"HTTP 401 key={SECRET}"
+    }
     try:
-        tracker = tracking.start(_cfg(max_records=3), run_dir)
+        tracker = tracking.start(tracking_cfg(max_records=3), run_dir)
         assert tracker.active and tracker.files.parent == run_dir / "wandb"
-        for record in [*RECORDS, leaky]:  # as task=evaluate calls it, one question after another
+        for record in [*TRACKED_RECORDS, leaky]:  # as task=evaluate calls it, one question after another
             tracker.on_record("synthetic")(record)
         tracker.finish(run_dir, {"questions": 2, "checkpoint": str(ckpt)}, ok=True)
     finally:
@@ -568,8 +490,8 @@ def _report_inputs(root: Path) -> Path:
     d.mkdir(parents=True)
     cfg = {"task": "evaluate", "w": 2, "data": {"name": "synthetic"}, "retrieval": {"n": 50}, "methods": {}}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (d / "summary.json").write_text(json.dumps(_summary()))
-    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    (d / "summary.json").write_text(json.dumps(tracked_summary()))
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in TRACKED_RECORDS))
     return root / "inputs"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from lazymem.methods.extractive_gate import BUNDLED, ExtractiveGate, GateModel
 
-from conftest import run_cli
+from helpers import run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -4,49 +4,16 @@ ppo_trainer config with them and running its validate_config."""
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from lazymem.conf import CONF_DIR
 from lazymem.train import verl_trainer
 from lazymem.train.grpo_config import overrides, value
 
-from conftest import run_cli
-
-GRPO = CONF_DIR / "train" / "grpo.yaml"
-REWARD = CONF_DIR / "train" / "reward.yaml"
-
-
-def grpo_cfg(tmp_path, **changes) -> dict:
-    cfg = OmegaConf.load(GRPO)
-    cfg.merge_with({"w": 2, "seed": 0})  # the root keys it interpolates (radius, data and rollout seeds)
-    g = OmegaConf.to_container(cfg, resolve=True)
-    g.pop("w"), g.pop("seed")
-    g.update({"rl_data_dir": str(tmp_path), "model": "/models/sft", **changes})
-    return g
-
-
-# a reward_judge role config as the train task passes it (nested blocks, lists, nulls, quoted strings)
-JUDGE_LLM = {
-    "backend": "endpoint",
-    "base_url": "http://127.0.0.1:8000/v1",
-    "served_name": "qwen3-32b",
-    "dialect": "vllm",
-    "decoding": {"temperature": 0.0, "thinking": True, "thinking_budget": 512, "seed": None},
-    "extra_body": {},
-    "vllm": {"reasoning_config": {"reasoning_end_str": "</think>"}, "extra_args": ["--n", "2"]},
-}
-
-
-def reward_cfg(tmp_path) -> dict:
-    r = OmegaConf.load(REWARD)
-    r.curriculum.state_path = str(tmp_path / "state.json")
-    out = OmegaConf.to_container(r, resolve=True)
-    out["judge"] |= {"llm": JUDGE_LLM, "cache_path": str(tmp_path / "judge.sqlite")}
-    return out
+from helpers import run_cli
+from helpers_train import JUDGE_LLM, compose_verl, grpo_cfg, reward_cfg
 
 
 def test_value_quoting():
@@ -104,17 +71,6 @@ def test_d3_settings_and_verl_0_7_1_defaults_are_explicit(tmp_path):
     assert expected <= lines
 
 
-def compose(ovr: list[str]):
-    import verl.trainer.config as verl_config
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(Path(verl_config.__file__).parent), version_base=None):
-        return hydra_compose("ppo_trainer", overrides=ovr)
-
-
 def validate(config) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -127,7 +83,7 @@ def validate(config) -> None:
 @pytest.mark.slow
 def test_verl_composes_and_validates_table_10(tmp_path):
     pytest.importorskip("verl")
-    config = compose(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)))
+    config = compose_verl(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)))
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     assert config.algorithm.adv_estimator == "grpo" and actor.loss_agg_mode == "token-mean"
     assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl" and actor.kl_loss_coef == 0.001
@@ -189,8 +145,8 @@ def test_verl_composes_and_validates_table_10(tmp_path):
     cur = verl_trainer.curriculum_from_config(config)
     assert (cur.path, cur.tau, cur.lam_phase1, cur.lam_phase2) == (tmp_path / "state.json", 0.99, 0.0, 0.5)
     validate(config)
-    validate(compose(overrides(grpo_cfg(tmp_path, n_gpus_per_node=1))))
-    plain = compose(overrides(grpo_cfg(tmp_path, curriculum=False), reward_cfg(tmp_path)))
+    validate(compose_verl(overrides(grpo_cfg(tmp_path, n_gpus_per_node=1))))
+    plain = compose_verl(overrides(grpo_cfg(tmp_path, curriculum=False), reward_cfg(tmp_path)))
     assert plain.trainer.v1.trainer_mode == "sync"  # VERL's default
     assert "worker_process_setup_hook" not in plain.ray_kwargs.ray_init.runtime_env
     validate(plain)
@@ -202,7 +158,7 @@ def test_verl_rejects_inconsistent_batches(tmp_path, change):
     """VERL 0.9.1 rejects a mini-batch above the batch and a rollout batch not divisible by the GPUs."""
     pytest.importorskip("verl")
     with pytest.raises((AssertionError, ValueError)):
-        validate(compose(overrides(grpo_cfg(tmp_path, **change))))
+        validate(compose_verl(overrides(grpo_cfg(tmp_path, **change))))
 
 
 def test_curriculum_switch(tmp_path):
@@ -232,7 +188,7 @@ def test_reward_accepts_the_composed_reward_kwargs(tmp_path):
 
     from lazymem.train.rl_rows import ground_truth_json
 
-    fn = get_custom_reward_fn(compose(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path))))
+    fn = get_custom_reward_fn(compose_verl(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path))))
     msgs = [{"role": "user", "content": f"m{i}", "timestamp": "2023/05/01"} for i in range(2)]
     truth = ground_truth_json(query="q", query_time="t", messages=msgs, gold=[True, False], answer="a")
     reply = json.dumps(

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-from standin import STANDIN_SEARCHPATH
-from test_llm_roles import llm_conf
-
 from lazymem.data.synthetic import load as synthetic
 from lazymem.llm.client import Completion
 from lazymem.llm.llm_set import build_llms
@@ -17,6 +14,9 @@ from lazymem.train import reward as reward_mod
 from lazymem.train.quality_judge import JudgeScore, build_messages, load_template
 from lazymem.train.reasoning_chain import reasoning_chains
 from lazymem.train.rl_rows import ground_truth_json
+
+from helpers_llm import llm_conf
+from standin import STANDIN_SEARCHPATH
 
 SYSTEM, USER = load("reasoning_chain_system"), load("reasoning_chain_user")
 

@@ -12,7 +12,7 @@ from lazymem.train import rl_data
 from lazymem.train.rl_rows import read_ground_truth
 from lazymem.train.sft_data import WindowItem
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 def item(k: int, gold: bool) -> WindowItem:

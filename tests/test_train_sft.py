@@ -8,20 +8,15 @@ import os
 import socket
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from lazymem.conf import CONF_DIR
-from lazymem.construct.decisions import Decision
-from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
-from lazymem.data.synthetic import load as synthetic
-from lazymem.prompts import load as load_prompt
 from lazymem.train import sft_data as sd
-from lazymem.train.sft_config import DS_Z2, checkpoint_record, needs_torchrun, sft_yaml, train_yaml
+from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
 
-from conftest import ROOT, read_wandb, run_cli
+from helpers import ROOT, read_wandb, run_cli
+from helpers_train import write_sft_dir
 
 SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
 
@@ -56,52 +51,6 @@ def test_checkpoint_record_reads_the_trainer_outputs(tmp_path):
     assert rec["results"]["train_loss"] == 1.5
     assert rec["global_step"] == 2 and rec["logged_losses"] == [2.0, 1.0]
     assert checkpoint_record(tmp_path / "missing")["weights"] == []
-
-
-def write_sft_dir(out: Path, model: str, n_questions: int = 6, n_val: int = 0) -> Path:
-    """What build_sft writes, from synthetic questions annotated by their gold labels (an oracle teacher):
-    gold messages KEEP with their text, the rest DROP; windows balanced as build_sft does. `n_val` more
-    questions make the validation set that chooses the epoch."""
-    ds = synthetic()
-    system, user = load_prompt("memory_system"), load_prompt("memory_user")
-    processor = MemoryProcessor(None, system, user, InvalidPolicy())
-
-    class GoldPlusNeighbours:  # stands in for retrieval: the gold messages and the first two of the history
-        def search(self, history, text):
-            q = next(q for q in ds.questions if q.text == text)
-            return SimpleNamespace(indices=sorted({*q.gold_idx, 0, 1}))
-
-    def records(questions):
-        items = sd.window_items(ds, questions, GoldPlusNeighbours(), processor, 1, 8, 7)
-        annotations = [
-            sd.Annotation(
-                it,
-                [
-                    Decision("KEEP", m.text, "evidence") if g else Decision("DROP", "", "unrelated")
-                    for g, m in zip(it.gold, it.messages, strict=True)
-                ],
-                "",
-            )
-            for it in items
-        ]
-        return [sd.sharegpt_record(a) for a in sd.balance(annotations, seed=0)[0]]
-
-    with_gold = [q for q in ds.questions if q.gold_idx]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{sd.DATASET_NAME}.json").write_text(json.dumps(records(with_gold[:n_questions])))
-    names = [sd.DATASET_NAME]
-    if n_val:
-        val = with_gold[n_questions : n_questions + n_val]
-        (out / f"{sd.VAL_DATASET_NAME}.json").write_text(json.dumps(records(val)))
-        names.append(sd.VAL_DATASET_NAME)
-    (out / "dataset_info.json").write_text(json.dumps(sd.dataset_info(*names)))
-    (out / "ds_z2_config.json").write_text(json.dumps(DS_Z2))
-    options = yaml.safe_load((CONF_DIR / "train" / "sft.yaml").read_text())
-    options.update(model=model, output_dir=str(out / "sft_model"), radius=1)
-    eval_dataset = sd.VAL_DATASET_NAME if n_val else None
-    train = sft_yaml(options, out, out / "ds_z2_config.json", False, eval_dataset)
-    (out / "sft.yaml").write_text(yaml.safe_dump(train))
-    return out
 
 
 def test_dry_run_writes_the_yaml_and_a_torchrun_command(tmp_path):

@@ -8,7 +8,6 @@ from collections import Counter
 
 import pytest
 import yaml
-from standin import StandinServer
 
 from lazymem.conf import CONF_DIR
 from lazymem.construct.windows import Window
@@ -17,7 +16,8 @@ from lazymem.llm.client import Completion
 from lazymem.train import sft_data as sd
 from lazymem.train.sft_config import sft_yaml
 
-from conftest import run_cli
+from helpers import run_cli
+from standin import StandinServer
 
 
 def question(i: int, qtype: str) -> Question:

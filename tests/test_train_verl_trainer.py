@@ -27,7 +27,8 @@ from lazymem.train.verl_trainer import (
     trainer_class,
 )
 
-from conftest import ROOT
+from helpers import ROOT
+from helpers_train import compose_verl, grpo_cfg, reward_cfg
 
 
 def val_metrics(rate: float, n: int = 4, source: str = "lazymem") -> dict[str, float]:
@@ -277,7 +278,6 @@ def test_verls_task_runner_finds_the_trainer(tmp_path):
     (a stand-in doing what TaskRunnerV1.run does first) get_trainer_cls(trainer_mode) is our class."""
     pytest.importorskip("verl")
     ray = pytest.importorskip("ray")
-    from test_train_grpo_config import compose, grpo_cfg, reward_cfg
     from verl.trainer.main_ppo import run_ppo
 
     from lazymem.train.grpo_config import overrides
@@ -285,7 +285,7 @@ def test_verls_task_runner_finds_the_trainer(tmp_path):
     if ray.is_initialized():
         pytest.skip("Ray is already initialised in this process; run_ppo would not pass its runtime_env")
     extra = ["ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false"]
-    config = compose(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)) + extra)
+    config = compose_verl(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)) + extra)
     result = tmp_path / "probe.json"
 
     class TaskRunnerProbe:

@@ -11,13 +11,13 @@ import json
 import subprocess
 
 import pytest
-from test_llm_roles import llm_conf
 
 from lazymem.llm.backends import get_backend
 from lazymem.llm.client import json_schema_format
 from lazymem.llm.llm_set import build_llms, role_config
 
-from conftest import ROOT
+from helpers import ROOT
+from helpers_llm import llm_conf
 
 pytestmark = pytest.mark.slow
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
