@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lazymem.data.schema import History, Message, Question
+
 from standin import STANDIN_OVERRIDES, standin_env
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout under test
@@ -86,3 +88,17 @@ def read_wandb(path: Path) -> list:
             rec.ParseFromString(buf)
             out.append(rec)
     return out
+
+
+def make_history(sessions: list[tuple[str, str, list[str]]]) -> History:
+    """History "h" of sessions (session id, date, texts); roles alternate user/assistant within a session."""
+    messages = []
+    for sid, date, texts in sessions:
+        for k, text in enumerate(texts):
+            messages.append(Message(len(messages), sid, date, ("user", "assistant")[k % 2], text))
+    return History("h", messages)
+
+
+def ask(text="What did I name the dog I adopted?", **kw) -> Question:
+    """A question on history "h" whose answer is Biscuit."""
+    return Question(id="q", type="single-session-user", text=text, answer="Biscuit", history_id="h", **kw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -88,3 +89,33 @@ def spawn_parent(tmp_path: Path, cmd: list[str], kind: str, how: str) -> tuple[s
         f"parent failed to start a server: {(tmp_path / 'parent.stderr').read_text()}"
     )
     return parent, int(line)
+
+
+# config.json of the paper's models (real architectures, no weights): what the memory estimates read
+QWEN3 = {"model_type": "qwen3", "vocab_size": 151936, "head_dim": 128, "num_key_value_heads": 8}
+
+
+MODEL_CONFIGS = {
+    "Qwen3-32B": QWEN3
+    | {"hidden_size": 5120, "num_hidden_layers": 64, "intermediate_size": 25600, "num_attention_heads": 64}
+    | {"tie_word_embeddings": False, "max_position_embeddings": 40960},
+    "Qwen3-4B": QWEN3
+    | {"hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728, "num_attention_heads": 32}
+    | {"tie_word_embeddings": True, "max_position_embeddings": 40960},
+    "Qwen3-Embedding-8B": QWEN3
+    | {"hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288, "num_attention_heads": 32}
+    | {"vocab_size": 151665},
+    "bge-reranker-v2-m3": {"model_type": "xlm-roberta", "hidden_size": 1024, "num_hidden_layers": 24}
+    | {"intermediate_size": 4096, "num_attention_heads": 16, "vocab_size": 250002}
+    | {"max_position_embeddings": 8194, "type_vocab_size": 1, "torch_dtype": "float32"},
+}
+
+
+def write_model_dirs(root: Path) -> dict[str, Path]:
+    """A model directory under `root` per MODEL_CONFIGS entry, holding only its config.json."""
+    dirs = {}
+    for name, config in MODEL_CONFIGS.items():
+        dirs[name] = root / name
+        dirs[name].mkdir()
+        (dirs[name] / "config.json").write_text(json.dumps(config))
+    return dirs

@@ -1,6 +1,12 @@
 """Question-level bootstrap intervals (lazymem/numeric.py) behind every report table's CI columns."""
 
-from lazymem.numeric import bootstrap_ci, paired_bootstrap
+import json
+import math
+import random
+
+import pytest
+
+from lazymem.numeric import bootstrap_ci, describe, paired_bootstrap, percentile
 
 
 def test_interval_brackets_the_mean_and_is_reproducible():
@@ -44,3 +50,39 @@ def test_pairing_removes_the_between_question_spread():
     d = paired_bootstrap(base, other)
     single = bootstrap_ci(list(base.values()))
     assert d["high"] - d["low"] < (single["high"] - single["low"]) / 2
+
+
+def test_percentiles_interpolate_like_numpy():
+    xs = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(xs, 50) == 2.5
+    assert percentile(xs, 0) == 1.0 and percentile(xs, 100) == 4.0
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    assert percentile([], 50) is None
+    d = describe([1.0, 2.0, 3.0, 10.0])
+    assert d == {
+        "n": 4,
+        "mean": 4.0,
+        "median": 2.5,
+        "p90": pytest.approx(7.9),
+        "p95": pytest.approx(8.95),
+        "max": 10.0,
+    }
+    assert describe([])["mean"] is None
+
+
+def hand_written_percentile(values, q):
+    """The interpolation lazymem computed by hand before it used numpy's."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def test_numpy_percentiles_match_the_hand_written_ones():
+    rng = random.Random(0)
+    for _ in range(200):
+        xs = [rng.uniform(0, 100) for _ in range(rng.randint(1, 30))]
+        for q in (0, 50, 90, 95, 100):
+            assert percentile(xs, q) == pytest.approx(hand_written_percentile(xs, q), abs=1e-9)
+    assert type(percentile([1, 2], 50)) is float  # a plain float: summaries stay JSON
+    json.dumps(describe([1, 2, 3]))

@@ -1,5 +1,6 @@
-"""Fault injection through the real CLI: bad values, reruns, resumes with other configs, a dead endpoint,
-and (slow) SIGINT/SIGTERM and killed llama.cpp servers mid-run.
+"""The run lifecycle (lazymem/runner.py) under faults, through the real CLI: bad values, reruns, resumes
+with other configs, a dead endpoint, and (slow) SIGINT/SIGTERM and killed llama.cpp servers mid-run; and the
+seeding of each run.
 
 The slow tests run `task=evaluate` with Oracle Turn (two calls per question: answer and judge) on the
 bundled SmolLM2-135M with the response cache off, so every run talks to a real server.
@@ -7,6 +8,7 @@ bundled SmolLM2-135M with the response cache off, so every run talks to a real s
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -14,7 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from lazymem.runner import seed_everything
 
 from helpers import ROOT, SMOLLM2, run_cli
 
@@ -212,3 +217,12 @@ def test_a_server_killed_twice_stops_the_run_naming_its_log(tmp_path, cpu_env):
     m = meta(tmp_path)
     assert m["status"] == "failed" and "died" in m["error"]
     assert n_records(tmp_path) < QUESTIONS
+
+
+def test_seed_everything_seeds_python_and_numpy():
+    seed_everything(11)
+    first = (random.random(), np.random.rand())
+    seed_everything(11)
+    assert (random.random(), np.random.rand()) == first
+    seed_everything(12)
+    assert (random.random(), np.random.rand()) != first

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 
 import httpx
 import pytest
@@ -17,13 +15,6 @@ from lazymem.agent.store import UnknownUser
 from agent_helpers import Service, files_containing
 from helpers import EXTENSION
 from standin import STANDIN_OVERRIDES, standin_env
-
-
-def test_import_lazymem_stays_cheap_and_memory_is_exported():
-    code = "import sys, lazymem; assert 'torch' not in sys.modules and 'hydra' not in sys.modules; "
-    code += "from lazymem import Memory; print(Memory.__module__)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "lazymem.agent.memory"
 
 
 def test_users_querying_at_once_share_one_model_server(tmp_path, monkeypatch, toy_modules):

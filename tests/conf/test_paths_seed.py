@@ -4,17 +4,14 @@ the caches and run directories."""
 from __future__ import annotations
 
 import json
-import random
 import re
 
-import numpy as np
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
-from lazymem.runner import seed_everything
 
 from helpers import run_cli
 
@@ -51,15 +48,6 @@ def test_the_root_seed_reaches_every_seeded_component(llm):
 
 def test_perturbation_draws_follow_the_root_seed():
     assert root("+experiment=perturbation", "seed=3").perturbation.seed == 3
-
-
-def test_seed_everything_seeds_python_and_numpy():
-    seed_everything(11)
-    first = (random.random(), np.random.rand())
-    seed_everything(11)
-    assert (random.random(), np.random.rand()) == first
-    seed_everything(12)
-    assert (random.random(), np.random.rand()) != first
 
 
 def test_a_run_records_its_seed_and_the_data_changes_with_it(tmp_path):

@@ -1,6 +1,6 @@
-"""Extending lazymem from outside the package (tests/extension/, copied elsewhere first): an LLM backend, a
-benchmark with its own judge and metric, and a method, each one module plus one config file on Hydra's
-search path, with no edit of lazymem/.
+"""Extending lazymem from outside the package (this folder's modules and configs, copied elsewhere first):
+an LLM backend, a benchmark with its own judge and metric, and a method, each one module plus one config
+file on Hydra's search path, with no edit of lazymem/.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ FIXED = "llm.common.toy.reply='<think>toy thoughts</think>[]'"
 
 @pytest.fixture
 def outside(tmp_path, monkeypatch, toy_modules):
-    """tests/extension copied to a folder of its own: modules on sys.path, configs on the search path."""
+    """tests/extension's modules and configs (not this test) copied to a folder of its own: modules on
+    sys.path, configs on the search path."""
     folder = tmp_path / "ext"
-    shutil.copytree(EXTENSION, folder)
+    shutil.copytree(EXTENSION, folder, ignore=shutil.ignore_patterns("test_*.py", "__pycache__"))
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("TOY_BENCH_DIR", str(folder))
     return folder

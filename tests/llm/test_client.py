@@ -21,7 +21,7 @@ from lazymem.llm.client import (
     ProviderRefused,
     json_schema_format,
 )
-from lazymem.llm.completion import Completion, split_thinking
+from lazymem.llm.completion import Completion
 
 from standin import StandinServer
 
@@ -296,21 +296,6 @@ def test_reasoning_is_separated_from_the_answer(api):
     c = client(srv.url)
     outs = [run(c.chat([{"role": "user", "content": str(i)}])) for i in range(3)]
     assert [(o.text, o.reasoning) for o in outs] == [("42", "think hard"), ("42", "hmm"), ("42", "r")]
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("<think>a b</think>\n[1]", ("a b", "[1]")),
-        ("a b</think>[1]", ("a b", "[1]")),
-        ("</think>\n\n[1]", ("", "[1]")),
-        ("<think>a b", ("a b", "")),
-        ("  [1]  ", ("", "[1]")),
-        ("<think>\n</think>", ("", "")),
-    ],
-)
-def test_split_thinking(text, expected):
-    assert split_thinking(text) == expected
 
 
 def test_thinking_without_a_final_answer_is_output_not_an_error(api):

@@ -1,10 +1,10 @@
-"""Mem0 as a method: ingestion plan, the persisted store (reuse, rebuild, failed builds), the memory block,
-and no network. The real mem0ai package and embedded Qdrant run here; the LLM and the encoder are small
-fakes (the end-to-end tests with the real llama.cpp server are in test_mem0_e2e.py)."""
+"""Mem0's store (lazymem/methods/mem0_store.py): ingestion plan, the persisted store (reuse, rebuild,
+failed builds) and no network. The real mem0ai package and embedded Qdrant run here; the LLM and the
+encoder are small fakes (tests/helpers_mem0.py; the runs with a real llama.cpp server are in
+tests/e2e/test_mem0.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -14,14 +14,10 @@ import pytest
 
 pytest.importorskip("mem0", reason="needs the mem0 extra: pip install 'lazymem[mem0]'")
 
-from lazymem.construct.processor import StageError  # noqa: E402
-from lazymem.data.schema import Question  # noqa: E402
-from lazymem.methods.base import Context  # noqa: E402
-from lazymem.methods.mem0 import Mem0  # noqa: E402
 from lazymem.methods.mem0_store import owners, plan  # noqa: E402
 
 from helpers import TESTS  # noqa: E402
-from helpers_mem0 import FakeDense, FakeLLM, build, guarded_env, history, spec  # noqa: E402
+from helpers_mem0 import FakeLLM, build, guarded_env, history, spec  # noqa: E402
 
 
 def test_plan_longmemeval_keeps_roles_and_batches_in_twos():
@@ -114,43 +110,6 @@ def test_a_failed_or_killed_build_never_looks_finished(tmp_path):
     assert built and memories == reference and not leftover.exists()
 
 
-def test_a_failed_llm_call_during_ingestion_is_a_named_stage_error(tmp_path):
-    method = Mem0(store_dir=str(tmp_path / "stores"), top_k=3)
-    ctx = Context(llms={"memory": FakeLLM(fail_on_call=2)})
-    ctx.dense = lambda name="dense": FakeDense()
-    q = Question("q1", "single-hop", "Which item?", "item 3", "h1")
-    with pytest.raises(StageError, match=r"mem0 ingestion stopped: Mem0's LLM call failed: HTTP 500: boom"):
-        asyncio.run(method.build(q, history(), ctx))
-    assert not list((tmp_path / "stores").glob("h1-*"))  # nothing half-built is kept
-
-
-def test_memory_block_lists_each_speakers_memories_with_their_source_messages(tmp_path):
-    h = history(speakers=("Caroline", "Melanie"), sessions=2, per_session=2)
-    method = Mem0(store_dir=str(tmp_path / "stores"), top_k=3)
-    ctx = Context(llms={"memory": FakeLLM()})
-    ctx.dense = lambda name="dense": FakeDense()
-    q = Question("q1", "single-hop", "Which item does Melanie like?", "item 3", "h1")
-    block = asyncio.run(method.build(q, h, ctx))
-    assert block.style == "compressed" and block.timings["retrieval"] > 0
-    assert "Memories of Caroline:" in block.text and "Memories of Melanie:" in block.text
-    assert "- 2023/05/02 (Mon) 10:00: fact 3: Melanie likes item 3" in block.text
-    assert 3 in block.shown and set(block.shown) <= {0, 1, 2, 3}
-    ingest = block.detail["ingest"]
-    assert ingest["built_now"] and ingest["llm_calls"] == 4 and ingest["store"].startswith("h1-")
-    assert len(block.detail["memories"]) <= 6
-    again = asyncio.run(method.build(q, h, ctx))
-    assert not again.detail["ingest"]["built_now"] and again.text == block.text
-
-
-def test_bad_method_config_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="top_k must be >= 1"):
-        Mem0(store_dir=str(tmp_path), top_k=0)
-    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\]"):
-        Mem0(store_dir=str(tmp_path), threshold=2.0)
-    with pytest.raises(FileNotFoundError, match="no_such_prompt"):
-        Mem0(store_dir=str(tmp_path), custom_instructions="no_such_prompt")
-
-
 def test_network_guard_refuses_and_logs_outbound_connections(tmp_path):
     code = textwrap.dedent(
         """
@@ -192,23 +151,3 @@ def test_mem0_builds_and_searches_with_no_outbound_connection(tmp_path):
     log = tmp_path / "network.log"
     assert not log.exists(), f"outbound connections attempted: {log.read_text()}"
     assert not (tmp_path / "home" / ".mem0").exists()
-
-
-def test_mem0_rows_get_the_papers_numbers_in_tables_1_and_7(tmp_path):
-    import yaml
-
-    from lazymem.eval.metrics import summarize
-    from lazymem.eval.summary import summary, write_summary
-    from lazymem.report.collect import load_run, rows
-    from lazymem.report.tables import build_tables
-
-    from helpers_runs import LOCOMO_JUDGE, table_records
-
-    methods = {"mem0": summarize(table_records("mem0", 4, 2, 300, 3.0))}
-    bench = {"locomo": {"dataset": "locomo", "resume_dropped": {}, "judge": LOCOMO_JUDGE, "methods": methods}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task": "main_table"}))
-    write_summary(tmp_path, summary("main_table", bench))
-    tables = {t.key: t.markdown() for t in build_tables(rows([load_run(tmp_path)]))}
-    assert "| mem0 | 4 | 4 | 0 | 0.50 (0.15) | 0.50 (0.45) |" in tables["table1_locomo"]
-    assert "| mem0 | 300 (8881) |" in tables["table7_memory_tokens"]
-    assert "| mem0 | 3.00 | 3.00 |" in tables["table8_locomo"]

@@ -13,44 +13,11 @@ import pytest
 import yaml
 
 from lazymem.train import sft_data as sd
-from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
 
 from helpers import ROOT, read_wandb, run_cli
 from helpers_train import write_sft_dir
 
 SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
-
-
-def test_train_yaml_applies_overrides_and_owns_the_output_dir(tmp_path):
-    base = {"model_name_or_path": "m", "deepspeed": "/ds.json", "bf16": True, "output_dir": "/old"}
-    out = train_yaml(base, {"deepspeed": None, "bf16": False, "num_train_epochs": 1.0}, tmp_path / "model")
-    assert out == {
-        "model_name_or_path": "m",
-        "bf16": False,
-        "output_dir": str(tmp_path / "model"),
-        "num_train_epochs": 1.0,
-    }
-    assert base["deepspeed"] == "/ds.json"  # the input is not modified
-    assert train_yaml(base, {"output_dir": "/mine"}, tmp_path)["output_dir"] == "/mine"
-
-
-def test_torchrun_for_several_gpus_or_deepspeed():
-    assert needs_torchrun({"deepspeed": "/ds.json"}, 1)
-    assert needs_torchrun({}, 2)
-    assert not needs_torchrun({}, 1)
-    assert not needs_torchrun({"deepspeed": None}, 1)
-
-
-def test_checkpoint_record_reads_the_trainer_outputs(tmp_path):
-    (tmp_path / "model.safetensors").write_bytes(b"x")
-    (tmp_path / "all_results.json").write_text(json.dumps({"train_loss": 1.5, "epoch": 2.0}))
-    history = [{"loss": 2.0, "step": 1}, {"train_runtime": 1.0}, {"loss": 1.0, "step": 2}]
-    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
-    rec = checkpoint_record(tmp_path)
-    assert rec["weights"] == ["model.safetensors"]
-    assert rec["results"]["train_loss"] == 1.5
-    assert rec["global_step"] == 2 and rec["logged_losses"] == [2.0, 1.0]
-    assert checkpoint_record(tmp_path / "missing")["weights"] == []
 
 
 def test_dry_run_writes_the_yaml_and_a_torchrun_command(tmp_path):

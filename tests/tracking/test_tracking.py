@@ -19,25 +19,18 @@ from pathlib import Path
 import matplotlib
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
 from lazymem import tracking
-from lazymem.eval.summary import summary
 from lazymem.tracking import outputs
-from lazymem.tracking.live import Live
-from lazymem.tracking.redaction import redacted_argv, wandb_config
-from lazymem.tracking.settings import resolve_mode
 
 from helpers import ROOT, read_wandb, run_cli
 from helpers_runs import (
     KEY_ENV,
     SECRET,
     TRACKED_RECORDS,
-    tracked_bench,
     tracked_record,
     tracked_summary,
     tracking_cfg,
-    write_tracked_run,
 )
 
 matplotlib.use("Agg")
@@ -47,11 +40,6 @@ QUIET = {"WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true", "WANDB_API_KE
 
 
 # --- fixtures: an evaluate-like run directory ------------------------------------------------------
-
-
-@pytest.fixture
-def run_dir(tmp_path) -> Path:
-    return write_tracked_run(tmp_path / "12-00-00_evaluate_abc")
 
 
 # --- reading what wandb wrote -----------------------------------------------------------------------
@@ -132,158 +120,6 @@ def no_leaked_service():
 
 
 # --- unit tests -------------------------------------------------------------------------------------
-
-
-def test_summary_is_flattened_per_benchmark_method_type_and_stage():
-    flat = outputs.flatten_summary(tracked_summary())
-    assert flat["synthetic/lazymem/accuracy"] == 0.5
-    assert flat["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
-    assert flat["synthetic/lazymem/by_type/knowledge-update/accuracy"] == 0.0
-    assert flat["synthetic/lazymem/latency/total/p95"] == 2.0
-    assert flat["synthetic/lazymem/latency/retrieval/mean"] == 0.1
-    assert flat["synthetic/rag/latency/answer/median"] == 1.0 and flat["synthetic/rag/errors"] == 1
-    assert flat["synthetic/rag/memory_tokens/mean"] == 9000 and flat["synthetic/lazymem/memory_tokens/n"] == 2
-    assert flat["synthetic/lazymem/construction/gold_decided"] == 0
-    assert flat["llm/answer/calls"] == 4 and flat["synthetic/dataset"] == "synthetic"
-    assert flat["synthetic/judge/model"] == "deepseek-v4-pro" and flat["task"] == "evaluate"
-    assert not any("error_messages" in k or "accuracy_by_type" in k for k in flat)
-    assert all(isinstance(v, bool | int | float | str) for v in flat.values())
-    both = outputs.flatten_summary(
-        tracked_summary(synthetic=tracked_bench(), locomo=tracked_bench(TRACKED_RECORDS[2:]))
-    )
-    assert both["locomo/rag/latency/total/p95"] == 1.5 and "locomo/lazymem/accuracy" not in both
-    assert both["synthetic/lazymem/by_type/multi-session/accuracy"] == 1.0
-    table = outputs.flatten_summary(summary("perturbation", tables={"perturbation": {"variants": {"a": 1}}}))
-    assert table == {"task": "perturbation", "perturbation/variants/a": 1}
-
-
-def test_model_free_metrics_are_flattened_like_accuracy():
-    bench = tracked_bench()
-    bench["methods"]["lazymem"] |= {"f1": 0.4, "f1_by_type": {"temporal": 0.25, "single-hop": None}}
-    flat = outputs.flatten_summary(tracked_summary(locomo=bench))
-    assert flat["locomo/lazymem/f1"] == 0.4 and flat["locomo/lazymem/by_type/temporal/f1"] == 0.25
-    assert "locomo/lazymem/by_type/single-hop/f1" not in flat and not any("f1_by_type" in k for k in flat)
-
-
-def test_record_rows_are_a_fixed_column_subset_with_clipped_text():
-    rows = outputs.record_rows(TRACKED_RECORDS, max_records=3)
-    assert len(rows) == 3 and all(len(r) == len(outputs.RECORD_COLUMNS) for r in rows)
-    row = dict(zip(outputs.RECORD_COLUMNS, rows[0], strict=True))
-    assert row["method"] == "lazymem" and row["qid"] == "q1" and row["type"] == "multi-session"
-    assert row["correct"] is True and row["latency_s"] == 2.0 and row["memory_tokens"] == 100
-    assert len(row["answer"]) == outputs.MAX_CHARS and row["answer"].endswith("…")
-    err = dict(zip(outputs.RECORD_COLUMNS, outputs.record_row(TRACKED_RECORDS[3]), strict=True))
-    assert err["status"] == "error" and err["error"].startswith("TimeoutError") and err["correct"] is None
-    assert outputs.record_row({"reference": 7, "latency_s": 1.5})[4:9] == ["7", None, None, None, 1.5]
-
-
-def test_outputs_summary_reads_every_file_and_the_returned_scalars(run_dir):
-    flat = outputs.outputs_summary(run_dir, {"questions": 8, "nested": {"a": 1}, "plots": ["x.png"]})
-    assert flat["questions"] == 8 and "nested/a" not in flat and "plots" not in flat
-    assert flat["coverage/radii/2/all_at_n"] == 0.75 and flat["synthetic/lazymem/accuracy"] == 0.5
-    assert list(outputs.images(run_dir)) == ["plots/tradeoff"]
-    (run_dir / "wandb" / "run").mkdir(parents=True)
-    (run_dir / "wandb" / "run" / "media.png").write_bytes(b"")
-    assert list(outputs.images(run_dir)) == ["plots/tradeoff"]
-    (run_dir / "synthetic").mkdir()
-    (run_dir / "synthetic" / "records.jsonl").write_text("")
-    (run_dir / "model").mkdir()  # not a benchmark: never scanned
-    (run_dir / "model" / "records.jsonl").write_text("")
-    assert list(outputs.records_files(run_dir)) == ["records", "synthetic/records"]
-
-
-def test_a_summary_of_an_unknown_shape_is_one_warning_naming_the_file(run_dir, caplog):
-    (run_dir / "summary.json").write_text(json.dumps({"dataset": "x", "methods": {}}))
-    with caplog.at_level(logging.WARNING, logger="lazymem"):
-        flat = outputs.outputs_summary(run_dir, {"questions": 1})
-    assert (
-        flat["questions"] == 1 and "coverage/n" in flat and not any(k.startswith("synthetic/") for k in flat)
-    )
-    assert f"{run_dir / 'summary.json'}: not a lazymem summary (no 'task'" in caplog.text
-
-
-def test_live_rows_hold_running_accuracy_and_this_question(tmp_path):
-    live = Live()
-    windows = [{"outcome": "gate_ok", "format_ok": True}, {"outcome": "fallback", "format_ok": False}]
-    first = live.row(tracked_record("q1", "lazymem", "x", True, tokens=50, windows=windows), "synthetic")
-    assert live.step == 1 and first["live/questions"] == 1
-    p = "live/synthetic/lazymem"
-    assert first[f"{p}/accuracy"] == 1.0 and first[f"{p}/correct"] == 1 and first[f"{p}/memory_tokens"] == 50
-    assert first[f"{p}/gate_ok"] == 0.5 and first[f"{p}/format_ok"] == 0.5 and first[f"{p}/windows"] == 2
-    assert first[f"{p}/latency/processing"] == 0.4 and first[f"{p}/errors"] == 0
-    failed = live.row(tracked_record("q2", "lazymem", "x", None, status="error"), "synthetic")
-    assert (
-        failed[f"{p}/accuracy"] == 0.5 and failed[f"{p}/errors"] == 1 and f"{p}/memory_tokens" not in failed
-    )
-    other = live.row(tracked_record("q1", "rag", "x", False), "locomo")  # no windows: no gate share
-    assert other["live/locomo/rag/accuracy"] == 0.0 and "live/locomo/rag/gate_ok" not in other
-    skipped = live.row(
-        {**tracked_record("q3", "lazymem", "x", None), "status": "not_applicable"}, "synthetic"
-    )
-    assert skipped == {"live/questions": 4, f"{p}/not_applicable": 1} and live.step == 4
-    assert all(isinstance(v, int | float) for row in (first, failed, other) for v in row.values())
-
-
-def test_artifacts_hold_records_results_and_a_checkpoint_reference(run_dir):
-    (run_dir / "synthetic").mkdir()
-    (run_dir / "synthetic" / "records.jsonl").write_text("")
-    (run_dir / "synthetic" / "results.md").write_text("")
-    (run_dir / "servers").mkdir()
-    (run_dir / "servers" / "llama.log").write_text("")
-    ckpt = run_dir.parent / "ckpt"
-    ckpt.mkdir()
-    specs = {a.kind: a for a in outputs.artifacts(run_dir, {"checkpoint": str(ckpt)})}
-    assert set(specs["records"].files) == {"records.jsonl", "synthetic/records.jsonl"}
-    assert set(specs["results"].files) == {
-        "summary.json", "meta.json", "coverage.json", "table1.csv", "tradeoff.png", "synthetic/results.md"
-    }  # fmt: skip
-    assert specs["model"].references == [ckpt.resolve()] and not specs["model"].files
-    assert "model" not in {a.kind for a in outputs.artifacts(run_dir, {"checkpoint": "/nonexistent"})}
-
-
-def test_mode_from_the_environment_wins_over_the_config():
-    assert resolve_mode({"mode": "online"}, {"WANDB_MODE": "offline"}) == "offline"
-    assert resolve_mode({"mode": "online"}, {}) == "online"
-    assert resolve_mode({"mode": None}, {}) == "offline"
-    assert resolve_mode({}, {"WANDB_MODE": ""}) == "offline"
-
-
-def test_secrets_are_removed_from_the_config_and_the_command_line(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, SECRET)
-    cfg = tracking_cfg()
-    config = wandb_config(cfg)
-    assert SECRET not in json.dumps(config)
-    assert config["llm"]["judge"]["api_key"] == "<redacted>"
-    assert config["llm"]["judge"]["header"] == "<redacted>"  # an interpolation of the key variable
-    assert config["llm"]["judge"]["api_key_env"] == KEY_ENV and config["logger"]["project"] == "lazymem"
-    argv = redacted_argv(
-        ["task=x", f"+llm.judge.api_key={SECRET}", f"llm.x.url=http://h/?k={SECRET}", "llm.api_key_env=K"],
-        [SECRET],
-    )
-    assert argv == [
-        "task=x",
-        "+llm.judge.api_key=<redacted>",
-        "llm.x.url=http://h/?k=<redacted>",
-        "llm.api_key_env=K",
-    ]
-
-
-def test_subprocess_env_for_trainers(tmp_path):
-    base = {"PATH": "/bin", "WANDB_MODE": "offline"}
-    env = tracking.subprocess_env(
-        tracking_cfg(mode="online", entity="team", group="g1"), tmp_path, "sft", base
-    )
-    assert env["PATH"] == "/bin" and env["WANDB_PROJECT"] == "lazymem" and env["WANDB_ENTITY"] == "team"
-    assert env["WANDB_MODE"] == "offline"  # the environment's own mode wins
-    assert env["WANDB_DIR"] == str(tmp_path.resolve()) and env["WANDB_NAME"] == "sft"
-    assert env["WANDB_RUN_GROUP"] == "g1" and env["WANDB_TAGS"] == "t1"
-    env = tracking.subprocess_env(tracking_cfg(mode="online"), tmp_path, "grpo", {"PATH": "/bin"})
-    assert env["WANDB_MODE"] == "online" and "WANDB_ENTITY" not in env
-    assert env["WANDB_RUN_GROUP"] == tmp_path.name  # the launching run's own: shown beside it
-    off = tracking.subprocess_env(OmegaConf.create({"logger": {"backend": "none"}}), tmp_path, "sft", base)
-    assert off == {"PATH": "/bin", "WANDB_MODE": "disabled"}
-    assert tracking.subprocess_env(OmegaConf.create({}), tmp_path, "sft", {})["WANDB_MODE"] == "disabled"
-    assert tracking.trainer_reports(tracking_cfg()) and not tracking.trainer_reports(OmegaConf.create({}))
 
 
 def test_logger_none_does_nothing_and_never_imports_wandb(tmp_path):

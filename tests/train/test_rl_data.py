@@ -1,18 +1,13 @@
-"""RL prompts: 50/50 balancing (gold with replacement, the rest without) and build_rl end to end."""
+"""RL prompts (lazymem/train/rl_data.py): 50/50 balancing (gold with replacement, the rest without), the
+prompt-length cut and VERL's row shape (task=build_rl end to end: tests/tasks/test_build_rl.py)."""
 
 from __future__ import annotations
-
-import json
-
-import pytest
 
 from lazymem.construct.windows import Window
 from lazymem.data.schema import Message, Question
 from lazymem.train import rl_data
 from lazymem.train.rl_rows import read_ground_truth
 from lazymem.train.sft_data import WindowItem
-
-from helpers import run_cli
 
 
 def item(k: int, gold: bool) -> WindowItem:
@@ -83,59 +78,3 @@ def test_rows_are_verl_rows():
         "window_end": 1,
         "gold_bearing": False,
     }
-
-
-@pytest.mark.slow
-def test_build_rl_end_to_end(tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
-    proc = run_cli(
-        "+experiment=build_rl_cpu",
-        "retrieval.n=5",
-        # no model: the chains have their own tests (tests/test_train_reasoning_chain.py)
-        "train.grpo.data.reasoning_chains=false",
-        f"hydra.run.dir={tmp_path}",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    stats = json.loads((tmp_path / "rl_stats.json").read_text())
-    train = pq.read_table(tmp_path / "train.parquet").to_pylist()
-    assert len(train) == stats["train"]["rows"] == 20 and stats["train"]["too_long"] == 0
-    gold = [any(read_ground_truth(r["reward_model"]["ground_truth"]).gold) for r in train]
-    assert sum(gold) == 10 and all(r["extra_info"]["split"] == "train" for r in train)
-    assert sum(r["extra_info"]["gold_bearing"] for r in train) == 10
-    val = pq.read_table(tmp_path / "val.parquet").to_pylist()
-    val_gold = sum(r["extra_info"]["gold_bearing"] for r in val)
-    # the validation questions' gold-bearing windows, each once, and as many gold-free ones
-    assert len(val) == stats["val"]["rows"] == 2 * val_gold == 2 * stats["val"]["pool"]["gold_bearing"] > 0
-    assert stats["val"]["balanced"]["gold_bearing"] == val_gold and stats["val"]["pool"]["questions"] >= 1
-    for name, rows in (("train", train), ("val", val)):
-        assert stats[name]["reasoning_chains"]["off"]
-        assert all(read_ground_truth(r["reward_model"]["ground_truth"]).reasoning is None for r in rows)
-    assert train[0]["prompt"][0]["role"] == "system" and train[0]["prompt"][1]["role"] == "user"
-
-
-def test_reward_diagnostics_task(tmp_path):
-    """The Table 11 task over a tiny rollout file (lives here: RL-stage tooling, no model)."""
-
-    def line(pid, gold, ops):
-        items = [{"op": o, "compressed_content": "c" if o == "KEEP" else "", "reason": ""} for o in ops]
-        return json.dumps({"prompt_id": pid, "gold": gold, "response": json.dumps(items)})
-
-    g = [True, True, False, False, False, False]
-    src = tmp_path / "rollouts.jsonl"
-    src.write_text(
-        "\n".join(
-            [
-                line("A", g, ["KEEP", "KEEP", "DROP", "DROP", "KEEP", "KEEP"]),
-                line("A", g, ["KEEP", "DROP", "DROP", "DROP", "DROP", "DROP"]),
-            ]
-        )
-        + "\n"
-    )
-    proc = run_cli(
-        "+experiment=reward_diagnostics", f"diagnostics.rollouts={src}", f"hydra.run.dir={tmp_path}/r"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / "r" / "reward_diagnostics.json").read_text())
-    assert result["n_conflict_pairs"] == 1 and result["rewards"]["ours"]["inversion"] == 0.0
-    table = (tmp_path / "r" / "reward_diagnostics.md").read_text()
-    assert "| Micro (Eq. 10) | 100.0% |" in table and "| Ours (Eq. 12) | 0.0% | 0.0% |" in table
