@@ -87,7 +87,7 @@ def test_memory_model_gate_and_forget_everywhere(tmp_path):
     """The LLM gate through the service, the memory role on the LLM stand-in (it keeps the messages that
     share a word with the question): the query runs the memory model, whose replies land in the user's LLM
     cache; a forget then leaves the canary in no file at all. (The service on a real llama.cpp server is
-    benchmarked by scripts/bench_service.py; test_evaluate_e2e.py serves the same role on llama.cpp.)"""
+    benchmarked by scripts/bench_service.py; tests/e2e/test_evaluate.py serves the same role on llama.cpp.)"""
     canary = "CANARY-5b1d-gate"
     svc = Service(
         tmp_path, *STANDIN_OVERRIDES, env=standin_env({**os.environ, "LAZYMEM_API_KEYS": "k-gate=t"})

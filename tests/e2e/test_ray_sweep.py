@@ -1,7 +1,7 @@
 """Sweeps as jobs on a real local Ray cluster, with a failing job and an aggregated report.
 
 The radius sweep's jobs answer from the LLM stand-in (tests/standin.py): what is tested is Ray, the sweep
-and the report, not a model (test_evaluate_e2e.py and test_faults.py serve real ones)."""
+and the report, not a model (tests/e2e/test_evaluate.py and tests/test_runner.py serve real ones)."""
 
 import json
 

@@ -6,8 +6,9 @@ SFT checkpoint served by vLLM.
 The models are random, so their replies are noise: what is asserted is that every role reached the server
 paper mode gives it, that the servers were launched with paper mode's flags, and that every question ended
 as a record (answered, or a named error), never as a crash. The other parts of the chain run elsewhere:
-split (test_split.py), the tiny SFT run (test_train_sft.py), build_rl (test_train_rl_data.py) and GRPO up to
-VERL's own validation (test_train_verl.py, test_train_grpo_config.py)."""
+split (tests/tasks/test_split.py), the tiny SFT run (tests/tasks/test_train_sft.py), build_rl
+(tests/tasks/test_build_rl.py) and GRPO up to VERL's own validation (tests/e2e/test_verl_reward.py,
+tests/train/test_grpo_config.py)."""
 
 from __future__ import annotations
 

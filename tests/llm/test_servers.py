@@ -1,6 +1,6 @@
 """Managed servers: health checks, clear start errors, and no server left behind on any way out.
 
-These use a stand-in server (a few lines of http.server); test_llm_e2e.py starts real llama.cpp.
+These use a stand-in server (a few lines of http.server); tests/e2e/test_llama_cpp.py starts real llama.cpp.
 """
 
 from __future__ import annotations

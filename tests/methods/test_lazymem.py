@@ -1,6 +1,6 @@
 """methods/lazymem.py in the test process: retrieval, windows, the memory role's KEEP/DROP replies (the LLM
 stand-in, tests/standin.py, keeps the messages that share a word with the question) and the memory block.
-The same method on a real llama.cpp model: test_evaluate_e2e.py::test_quickstart_on_the_bundled_qwen."""
+The same method on a real llama.cpp model: tests/e2e/test_evaluate.py::test_quickstart_on_the_bundled_qwen."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ def test_build_rl_end_to_end(tmp_path):
     proc = run_cli(
         "+experiment=build_rl_cpu",
         "retrieval.n=5",
-        # no model: the chains have their own tests (tests/test_train_reasoning_chain.py)
+        # no model: the chains have their own tests (tests/train/test_reasoning_chain.py)
         "train.grpo.data.reasoning_chains=false",
         f"hydra.run.dir={tmp_path}",
     )

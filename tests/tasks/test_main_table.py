@@ -28,8 +28,8 @@ def test_main_table_without_gpu_stops_at_once_listing_everything(tmp_path):
 
 
 # The main table's shape on CPU: every method and table, every role answered by the LLM stand-in
-# (tests/standin.py). Real model servers are covered by test_evaluate_e2e.py, test_faults.py and
-# test_mem0_e2e.py (the golden path in docs/development.md).
+# (tests/standin.py). Real model servers are covered by tests/e2e/test_evaluate.py, tests/test_runner.py and
+# tests/e2e/test_mem0.py (the golden path in docs/development.md).
 SMALL_CPU = [
     "+experiment=main_table_cpu",
     "data@benchmarks.longmemeval=synthetic",
