@@ -112,6 +112,15 @@ def test_a_run_whose_questions_all_fail_exits_non_zero_as_failed(tmp_path):
     assert meta(tmp_path / "b")["status"] == "failed"
 
 
+def test_seed_everything_seeds_python_and_numpy():
+    seed_everything(11)
+    first = (random.random(), np.random.rand())
+    seed_everything(11)
+    assert (random.random(), np.random.rand()) == first
+    seed_everything(12)
+    assert (random.random(), np.random.rand()) != first
+
+
 # ---- slow: a real llama.cpp server ------------------------------------------------------------------
 
 
@@ -217,12 +226,3 @@ def test_a_server_killed_twice_stops_the_run_naming_its_log(tmp_path, cpu_env):
     m = meta(tmp_path)
     assert m["status"] == "failed" and "died" in m["error"]
     assert n_records(tmp_path) < QUESTIONS
-
-
-def test_seed_everything_seeds_python_and_numpy():
-    seed_everything(11)
-    first = (random.random(), np.random.rand())
-    seed_everything(11)
-    assert (random.random(), np.random.rand()) == first
-    seed_everything(12)
-    assert (random.random(), np.random.rand()) != first

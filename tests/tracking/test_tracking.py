@@ -39,9 +39,6 @@ matplotlib.use("Agg")
 QUIET = {"WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true", "WANDB_API_KEY": None}
 
 
-# --- fixtures: an evaluate-like run directory ------------------------------------------------------
-
-
 # --- reading what wandb wrote -----------------------------------------------------------------------
 
 
@@ -119,7 +116,7 @@ def no_leaked_service():
     assert not leaked, f"wandb-core left running: {leaked}"
 
 
-# --- unit tests -------------------------------------------------------------------------------------
+# --- the tracker with a fake wandb (the run directory: conftest.py's run_dir) -------------------------
 
 
 def test_logger_none_does_nothing_and_never_imports_wandb(tmp_path):
