@@ -1,4 +1,4 @@
-"""Starting `lazymem serve` on a free port for tests/test_agent_*.py (and scanning folders for a canary)."""
+"""Starting `lazymem serve` on a free port for tests/agent/ (and scanning folders for a canary)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
 
 
 def free_port() -> int:

@@ -1,25 +1,22 @@
-"""Shared fixtures. Real benchmark samples live in ../shared/data; tests that need them skip without it."""
+"""Shared fixtures (the shared functions are in helpers*.py). Real benchmark samples live in ../shared/data;
+tests that need them skip without it."""
 
 from __future__ import annotations
 
 import os
-import struct
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from standin import STANDIN_OVERRIDES, standin_env
+
+from helpers import ROOT
+from helpers_runs import write_sweep
 
 # the `postgres` (a throwaway cluster per run) and `pg_dsn` (a new database per test) fixtures
 pytest_plugins = ["postgres_cluster"]
 
-ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LAZYMEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 TOY_MODULES = ("toy_backend", "toy_bench", "toy_method", "toy_retriever")
-# Every role on the bundled SmolLM2-135M (llama.cpp), for the golden-path tests where a real model server
-# matters but the model's quality does not.
-SMOLLM2 = ("llm.common.model=bundled:smollm2-135m", "llm.common.served_name=smollm2-135m")
 
 # One folder of assembled bundled models for the whole pytest run, and kept between runs (the ~400 MB GGUF
 # is joined and verified once, not per test). LLM response and embedding caches stay per test.
@@ -62,48 +59,7 @@ def locomo_file() -> Path:
     return shared_file("locomo_dev8.json")
 
 
-def run_cli(
-    *overrides: str, env: dict | None = None, timeout: int = 300, standin: bool = False
-) -> subprocess.CompletedProcess:
-    """`python -m lazymem.run OVERRIDES` from the repo root, as a user would run it.
-
-    Without tracking (`logger=none`) unless the caller passes a `logger=` override; an `env` value of None
-    removes that variable. `standin=True`: every LLM role on the in-process stand-in (tests/standin.py).
-    """
-    if not any(o.lstrip("+~").startswith("logger=") for o in overrides):
-        overrides = (*overrides, "logger=none")
-    full_env = {**os.environ, **(env or {})}
-    if standin:
-        overrides, full_env = (*overrides, *STANDIN_OVERRIDES), standin_env(full_env)
-    return subprocess.run(
-        [sys.executable, "-m", "lazymem.run", *overrides],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={k: v for k, v in full_env.items() if v is not None},
-    )
-
-
-def read_wandb(path: Path) -> list:
-    """The records of a `run-*.wandb` transaction log (32 KiB blocks of crc32/len/type-framed chunks)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if n == 0 and kind == 0:
-            pos += left
-            continue
-        chunk, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
-        buf = chunk if kind in (1, 2) else buf + chunk
-        if kind in (1, 4):  # full, last
-            rec = pb.Record()
-            rec.ParseFromString(buf)
-            out.append(rec)
-    return out
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """A two-job radius sweep (w=0, w=1) of evaluate runs, as report/ reads it (tests/helpers_runs.py)."""
+    return write_sweep(tmp_path / "sweep")

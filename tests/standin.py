@@ -1,6 +1,6 @@
 """An in-process, OpenAI-compatible stand-in for every LLM role, for tests of plumbing, not of models.
 
-`llm=standin` (tests/conf/llm/standin.yaml, on Hydra's search path through `standin_env` or
+`llm=standin` (tests/fixtures/conf/llm/standin.yaml, on Hydra's search path through `standin_env` or
 `STANDIN_OVERRIDES`) serves every role of the CPU set from a tiny HTTP server in a thread of the process
 that runs the job: no model, no GGUF, no llama.cpp, replies in milliseconds. Each reply has the shape
 its role's prompt asks for, so the code downstream (format gate, memory blocks, judge labels, tables)
@@ -32,19 +32,21 @@ from typing import Any
 from lazymem.llm.backends import Backend
 
 TESTS = Path(__file__).resolve().parent
+# config groups the tests add to Hydra's search path (llm=standin)
+FIXTURE_CONF = TESTS / "fixtures" / "conf"
 STANDIN_OVERRIDES = ("llm=standin",)
 # for compose() in the test process (a subprocess gets the same through standin_env)
-STANDIN_SEARCHPATH = f"hydra.searchpath=[file://{TESTS / 'conf'}]"
+STANDIN_SEARCHPATH = f"hydra.searchpath=[file://{FIXTURE_CONF}]"
 WORD = re.compile(r"[a-z0-9]{4,}")
 STOP = {"what", "when", "where", "which", "with", "that", "this", "have", "from", "your", "about", "does"}
 
 
 def standin_env(env: dict | None = None) -> dict:
     """Environment for a `python -m lazymem.run` subprocess that composes `llm=standin`: this folder on
-    PYTHONPATH (the backend module) and tests/conf on Hydra's search path (the config)."""
+    PYTHONPATH (the backend module) and tests/fixtures/conf on Hydra's search path (the config)."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
-    env["LAZYMEM_CONFIG_PATH"] = f"file://{TESTS / 'conf'}"
+    env["LAZYMEM_CONFIG_PATH"] = f"file://{FIXTURE_CONF}"
     return env
 
 

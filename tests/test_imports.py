@@ -14,7 +14,7 @@ import pytest
 
 import lazymem
 
-from conftest import ROOT
+from helpers import ROOT
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(lazymem.__path__, "lazymem."))
 

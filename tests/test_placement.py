@@ -1,10 +1,9 @@
-"""GPU plans (conf/placement/) against fake GPU inventories: the memory estimates, the shipped plans that
-must fit, and the plans preflight must refuse with their fix. No GPU, no model download: the model
-directories hold only the real architectures' config.json."""
+"""GPU plans (conf/placement/) against fake GPU inventories: the shipped plans that must fit, and the plans
+preflight must refuse with their fix (the memory estimates they rest on: test_model_memory.py). No GPU, no
+model download: the model directories hold only the real architectures' config.json."""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -13,26 +12,12 @@ from hydra import compose, initialize_config_dir
 from lazymem import placement, preflight
 from lazymem.conf import CONF_DIR
 from lazymem.llm.llm_set import role_config
-from lazymem.model_memory import kv_gib, model_gib
 from lazymem.placement import Gpu, plan_problems
 from lazymem.preflight import roles_used
 from lazymem.tasks.evaluate import build_methods
 
-QWEN3 = {"model_type": "qwen3", "vocab_size": 151936, "head_dim": 128, "num_key_value_heads": 8}
-CONFIGS = {
-    "Qwen3-32B": QWEN3
-    | {"hidden_size": 5120, "num_hidden_layers": 64, "intermediate_size": 25600, "num_attention_heads": 64}
-    | {"tie_word_embeddings": False, "max_position_embeddings": 40960},
-    "Qwen3-4B": QWEN3
-    | {"hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728, "num_attention_heads": 32}
-    | {"tie_word_embeddings": True, "max_position_embeddings": 40960},
-    "Qwen3-Embedding-8B": QWEN3
-    | {"hidden_size": 4096, "num_hidden_layers": 36, "intermediate_size": 12288, "num_attention_heads": 32}
-    | {"vocab_size": 151665},
-    "bge-reranker-v2-m3": {"model_type": "xlm-roberta", "hidden_size": 1024, "num_hidden_layers": 24}
-    | {"intermediate_size": 4096, "num_attention_heads": 16, "vocab_size": 250002}
-    | {"max_position_embeddings": 8194, "type_vocab_size": 1, "torch_dtype": "float32"},
-}
+from helpers_llm import MODEL_CONFIGS, write_model_dirs
+
 # each model directory variable of the paper experiments -> the architecture it holds
 ENV = {
     "LAZYMEM_QWEN3_32B": "Qwen3-32B",
@@ -55,11 +40,7 @@ ONE_GPU = "at least 2 GPUs of 80 GiB; 1 visible: run it on a node with 2 GPUs an
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    dirs = {}
-    for name, config in CONFIGS.items():
-        dirs[name] = tmp_path / name
-        dirs[name].mkdir()
-        (dirs[name] / "config.json").write_text(json.dumps(config))
+    dirs = write_model_dirs(tmp_path)
     for var, name in ENV.items():
         monkeypatch.setenv(var, str(dirs[name]))
     return dirs
@@ -76,26 +57,6 @@ def job(experiment: str, *overrides: str):
     if cfg.task in ("evaluate", "main_table"):
         return cfg, roles_used(build_methods(cfg))
     return cfg, TASK_ROLES[cfg.task]
-
-
-def test_estimates_from_config_json_match_the_models(models):
-    assert model_gib(models["Qwen3-32B"], "bfloat16") == pytest.approx(61.0, abs=0.3)
-    assert model_gib(models["Qwen3-4B"], "bfloat16") == pytest.approx(7.5, abs=0.2)
-    assert model_gib(models["Qwen3-Embedding-8B"], "bfloat16") == pytest.approx(14.1, abs=0.3)
-    assert model_gib(models["bge-reranker-v2-m3"], "float16") == pytest.approx(1.06, abs=0.05)
-    assert model_gib(models["bge-reranker-v2-m3"], None) == pytest.approx(2.1, abs=0.1)  # stored float32
-    # vLLM must hold one max_model_len sequence: 32k tokens of the 32B take 8 GiB, 16k of the 4B 2.25
-    assert kv_gib(models["Qwen3-32B"], 32768, "bfloat16") == pytest.approx(8.0)
-    assert kv_gib(models["Qwen3-4B"], 16384, "bfloat16") == pytest.approx(2.25)
-    assert model_gib(models["Qwen3-32B"].parent / "absent", "bfloat16") is None
-
-
-def test_weight_files_win_over_the_config_and_are_scaled_to_the_loaded_dtype(models):
-    d = models["bge-reranker-v2-m3"]
-    (d / "model.safetensors").write_bytes(b"\0" * 4096)  # float32 on disk
-    assert model_gib(d, "float16") * 2**30 == pytest.approx(2048)
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2**31}}))
-    assert model_gib(d, None) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -157,7 +118,7 @@ def test_one_gpu_holds_the_jobs_without_the_32b_and_refuses_the_others(models, e
 def test_main_table_on_one_gpu_names_every_model(models):
     cfg, roles = job("main_table", "placement=gpu1")
     (head, *rest) = plan_problems(cfg, gpus(1), roles)
-    for model in CONFIGS:
+    for model in MODEL_CONFIGS:
         assert model in head
     assert "at least 102 GiB" in head
 

@@ -6,12 +6,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import psycopg
 import pytest
 
 from lazymem.agent.postgres_store import VERSION, PostgresStore
-from lazymem.agent.store import NewMessage, UnknownMessages, open_store
+from lazymem.agent.store import NewMessage, UnknownMessages
 
 
 def new(*texts: str, source: str | None = None) -> list[NewMessage]:
@@ -90,36 +89,6 @@ def test_schema_is_versioned_and_created_once_by_concurrent_replicas(pg_dsn):
         PostgresStore(pg_dsn, pool_size=1)
 
 
-def test_derived_rows_follow_the_generation(store):
-    store.add("t", "u", new("my cat is Tom"))
-    generation = store.snapshot("t", "u").generation
-    derived = store.derived("t", "u", _scratch(), generation)
-    cache = derived.storage.embedding_cache()
-    cache.put("enc", {"k1": _vec(1.0)})
-    assert cache.get("enc", ["k1", "k2"])["k1"].tolist() == [1.0, 1.0]
-    replies = derived.llm_cache()
-    replies.put("q", {"text": "Tom"})
-    assert replies.get("q") == {"text": "Tom"}
-
-    store.add("t", "u", new("and a dog"))  # an add keeps the generation: derived data stays valid
-    assert store.snapshot("t", "u").generation == generation
-    store.forget("t", "u", [1])
-    assert cache.get("enc", ["k1"]) == {} and replies.get("q") is None  # gone with the messages
-    cache.put("enc", {"k1": _vec(2.0)})  # a query that began before the forget writes nothing after it
-    assert cache.get("enc", ["k1"]) == {} and derived.storage.rows.dropped == 1
-
-
-def test_open_store_names_its_kinds(tmp_path, pg_dsn):
-    assert type(open_store({"kind": "sqlite"}, tmp_path)).__name__ == "SQLiteStore"
-    pg = open_store({"kind": "postgres", "dsn": pg_dsn}, tmp_path)
-    assert pg.derived_in_store
-    pg.close()
-    with pytest.raises(ValueError, match="needs agent.store.dsn"):
-        open_store({"kind": "postgres", "dsn": None}, tmp_path)
-    with pytest.raises(ValueError, match="expected sqlite or postgres"):
-        open_store({"kind": "mongo"}, tmp_path)
-
-
 def test_maintenance_leaves_no_forgotten_text_in_the_table_files(store, postgres, pg_dsn):
     canary = "canary-7f3a9c-in-the-table-files"
     store.add("t", "u", new(canary, "kept"))
@@ -136,10 +105,6 @@ def test_maintenance_leaves_no_forgotten_text_in_the_table_files(store, postgres
     store.maintain()
     assert postgres.files_containing(canary.encode()) == []
     assert [m.text for m in store.snapshot("t", "u").messages] == ["kept"]
-
-
-def _vec(x: float) -> np.ndarray:
-    return np.array([x, x], dtype=np.float32)
 
 
 def _scratch() -> Path:

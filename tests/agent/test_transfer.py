@@ -11,10 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from agent_helpers import ROOT
 
 from lazymem.agent.transfer import read_histories
 from lazymem.data.schema import DataError
+
+from agent_helpers import ROOT
 
 FIELDS = ("role", "text", "time", "session_id")
 

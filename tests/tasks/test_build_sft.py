@@ -1,0 +1,75 @@
+"""task=build_sft end to end on the CPU (slow): the teacher role on the LLM stand-in, and on an endpoint that
+takes response_format text and json_object only, like DeepSeek's API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from helpers import run_cli
+from standin import StandinServer
+
+
+@pytest.mark.slow
+def test_build_sft_end_to_end(tmp_path):
+    proc = run_cli(
+        "+experiment=build_sft_cpu",
+        "train.sft.n_questions=2",
+        "retrieval.n=3",
+        "w=1",
+        f"hydra.run.dir={tmp_path}",
+        timeout=600,
+        standin=True,  # the teacher on the LLM stand-in: the data pipeline, not a model
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    st = json.loads((tmp_path / "sft_stats.json").read_text())
+    assert st["questions"] == 2 and st["windows"] > 0
+    assert st["annotated_valid"] + st["discarded_total"] == st["windows"]
+    data = json.loads((tmp_path / "lazymem_sft.json").read_text())
+    assert len(data) == st["balanced"]
+    assert "lazymem_sft" in json.loads((tmp_path / "dataset_info.json").read_text())
+    y = yaml.safe_load((tmp_path / "sft.yaml").read_text())
+    assert y["dataset_dir"] == str(tmp_path.resolve()) and y["template"] == "qwen3"
+    assert json.loads((tmp_path / "ds_z2_config.json").read_text())["zero_optimization"]["stage"] == 2
+    # the validation split annotated the same way, for the choice of the epoch
+    val = st["val"]
+    assert val["questions"] == 1 and val["annotated_valid"] + val["discarded_total"] == val["windows"] > 0
+    if val["balanced"]:
+        assert len(json.loads((tmp_path / "lazymem_sft_val.json").read_text())) == val["balanced"]
+        assert y["eval_dataset"] == "lazymem_sft_val" and y["load_best_model_at_end"] is True
+    else:
+        assert "eval_dataset" not in y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dialect", ["deepseek", "openai"])
+def test_build_sft_against_a_deepseek_style_teacher(tmp_path, dialect):
+    """A teacher endpoint that, like DeepSeek's API, takes response_format text and json_object only: the
+    deepseek dialect yields SFT data; a dialect that sends json_schema stops at the first call, clearly."""
+    with StandinServer("deepseek-v4-flash", formats=("text", "json_object")) as teacher:
+        proc = run_cli(
+            "+experiment=build_sft_cpu",
+            "train.sft.n_questions=2",
+            "retrieval.n=3",
+            "+llm.roles.teacher.backend=endpoint",
+            f"+llm.roles.teacher.base_url={teacher.base_url}",
+            f"+llm.roles.teacher.dialect={dialect}",
+            "+llm.roles.teacher.served_name=deepseek-v4-flash",
+            f"hydra.run.dir={tmp_path}",
+            standin=True,  # the other roles
+        )
+    if dialect == "deepseek":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        st = json.loads((tmp_path / "sft_stats.json").read_text())
+        # every call answered with parseable decisions (the stand-in drops gold it shares no word with)
+        assert st["windows"] > 0 and st["annotated_valid"] > 0
+        assert set(st["discarded"]) <= {"dropped_gold"} or all(
+            st["discarded"][r] == 0 for r in ("call_error", "unparsable", "schema", "wrong_count")
+        )
+        assert len(json.loads((tmp_path / "lazymem_sft.json").read_text())) == st["balanced"]
+    else:
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert "refused response_format 'json_schema'" in proc.stderr and "dialect: deepseek" in proc.stderr
+        assert not (tmp_path / "lazymem_sft.json").exists()

