@@ -19,36 +19,7 @@ from pathlib import Path
 from helpers import ROOT
 
 # module (relative to the checkout) -> why it has no test file of its own yet
-UNTESTED = {
-    "lazymem/data/__init__.py": "load_dataset and the split selection run only through configs: "
-    "tests/conf/test_experiment_questions.py, tests/tasks/test_split.py",
-    "lazymem/data/io.py": "read_json's errors are asserted through a loader: "
-    "tests/data/test_longmemeval.py::test_truncated_and_missing_files",
-    "lazymem/eval/pipeline.py": "the Answerer runs only inside task=evaluate and task=perturbation: "
-    "tests/e2e/test_evaluate.py, tests/tasks/test_perturbation.py (slow)",
-    "lazymem/eval/summary.py": "summaries are written and read back by the report and tracking tests; "
-    "its unknown-shape error in tests/report/test_collect.py",
-    "lazymem/interrupt.py": "covered only through runs: tests/test_runner.py's SIGINT/SIGTERM test (slow)",
-    "lazymem/llm/runtime.py": "cpu_features is stubbed in tests/tasks/test_doctor.py; the llama.cpp build "
-    "it reports is checked by tests/test_llama_build.py",
-    "lazymem/methods/base.py": "MemoryBlock and Context are used by every method's tests, not tested alone",
-    "lazymem/methods/oracle.py": "covered only through runs (method=oracle_turn): tests/test_runner.py, "
-    "tests/e2e/test_evaluate.py",
-    "lazymem/methods/rag.py": "covered only through runs: tests/agent/test_memory.py (method=rag), "
-    "tests/e2e/test_evaluate.py",
-    "lazymem/preflight.py": "its plan check is asserted in tests/test_placement.py, its role problems in "
-    "tests/extension/test_extension.py and tests/tasks/test_main_table.py",
-    "lazymem/prompts/__init__.py": "templates are loaded by the processor, judge and training tests "
-    "(tests/construct/test_processor.py), not tested alone",
-    "lazymem/registry.py": "exercised through the LLM backends: tests/llm/test_backends.py",
-    "lazymem/retrieval/base.py": "Ranking, top_k and the Retriever base are exercised through "
-    "tests/retrieval/test_fusion.py and tests/retrieval/test_hybrid.py",
-    "lazymem/sqlite.py": "exercised through its users: tests/llm/test_cache.py, "
-    "tests/retrieval/test_embed_cache.py, tests/agent/test_store.py, tests/tasks/test_cache.py",
-    "lazymem/tasks/evaluate.py": "covered only through runs: tests/e2e/test_evaluate.py, "
-    "tests/test_runner.py",
-    "lazymem/tasks/train_gate.py": "covered only through tests/e2e/test_train_gate.py",
-}
+UNTESTED: dict[str, str] = {}
 # tests/ folders that hold no module's tests, though conf is named like a package (lazymem.conf, only YAML)
 EXEMPT = {"conf", "e2e", "extension", "fixtures"}
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lazymem import placement, preflight
+from lazymem import placement
 from lazymem.conf import CONF_DIR
 from lazymem.llm.llm_set import role_config
 from lazymem.placement import Gpu, plan_problems
@@ -192,16 +192,6 @@ def test_no_plan_on_a_gpu_node_is_checked_and_names_a_plan(models):
     assert found[0].startswith("GPU 0 is over-subscribed") and found[-1].endswith("pass placement=gpu8")
 
 
-def test_preflight_checks_the_plan_only_with_a_gpu(models, monkeypatch):
-    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
-    cfg, _ = job("perturbation", "llm.common.vllm.python=/absent/python")  # no vLLM probe
-    monkeypatch.setattr(preflight, "has_gpu", lambda: True)
-    assert any("placement=gpu2 needs 2 GPUs, 1 visible" in p for p in preflight.problems(cfg, [], {}))
-    monkeypatch.setattr(preflight, "has_gpu", lambda: False)
-    found = preflight.problems(cfg, [], {})
-    assert found[0].startswith("no GPU found") and not any("placement" in p for p in found)
-
-
 def test_inventory_reads_nvidia_smi_in_cuda_visible_order(monkeypatch):
     out = "0, 81920, 81000\n1, 81920, 1000\n2, 40960, 40960\n"
     monkeypatch.setattr(placement.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
@@ -215,23 +205,3 @@ def test_inventory_reads_nvidia_smi_in_cuda_visible_order(monkeypatch):
     assert [g.index for g in placement.gpu_inventory()] == [2, 0]
     monkeypatch.setattr(placement.shutil, "which", lambda _: None)
     assert placement.gpu_inventory() == []
-
-
-@pytest.mark.parametrize(
-    "experiment, module",
-    [
-        ("coverage_longmemeval", "coverage"),
-        ("build_sft", "build_sft"),
-        ("build_rl", "build_rl"),
-        ("reward_rollouts", "reward_rollouts"),
-    ],
-)
-def test_tasks_without_methods_check_their_plan_before_any_work(models, monkeypatch, experiment, module):
-    """The tasks that take no methods (so no preflight.require) stop on a plan that does not fit too."""
-    import importlib
-
-    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
-    cfg, _ = job(experiment, "data.path=/nonexistent.json")  # the check comes before the data is read
-    task = importlib.import_module(f"lazymem.tasks.{module}")
-    with pytest.raises(preflight.PreflightError, match="placement=gpu2 needs 2 GPUs, 1 visible"):
-        task.run(cfg, SimpleNamespace(dir=None))

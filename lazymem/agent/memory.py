@@ -92,6 +92,7 @@ class _UserState:
 
     def __init__(self, generation: int, retriever: HybridRetriever | None, llms):
         self.generation, self.retriever, self.llms = generation, retriever, llms
+        self.messages = 0  # messages its indexes hold (what its memory grows with)
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -117,6 +118,7 @@ class Memory:
         dir: str | Path = "lazymem-memory",
         limits: Limits | None = None,
         max_open_users: int = 64,
+        max_open_messages: int = 1_000_000,
     ):
         if not isinstance(method, Method):
             raise TypeError(f"{type(method).__name__} is not a lazymem.methods.base.Method")
@@ -128,7 +130,7 @@ class Memory:
         self.llm = dict(llm or {})
         self.dir = Path(dir)
         self.limits = limits or Limits()
-        self.max_open_users = max_open_users
+        self.max_open_users, self.max_open_messages = max_open_users, max_open_messages
         # one set of model servers for every user, made here: users indexed in parallel must not race to it
         self._registry = (
             ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
@@ -171,6 +173,7 @@ class Memory:
             agent.dir,
             Limits(**agent.limits),
             agent.max_open_users,
+            agent.max_open_messages,
         )
 
     # ---- async API
@@ -242,6 +245,8 @@ class Memory:
                     self._indexer, state.retriever.index, history
                 )
                 index_s = time.perf_counter() - t0
+                state.messages = len(stored)
+                self._evict()
             asked = Question(uuid.uuid4().hex, "agent", question, "", history.id, date=now or _now())
             block = await self.method.build(asked, history, Context(state.retriever, state.llms))
         texts = _block_texts(block, history)
@@ -455,11 +460,21 @@ class Memory:
                 generation, self._user_retriever(derived), self._user_llms(derived)
             )
             self._held[key] = generation
-            while len(self._users) > self.max_open_users:
-                _, old = self._users.popitem(last=False)
-                self._indexer.submit(old.close)  # reopened lazily if that user comes back
         self._users.move_to_end(key)
+        self._evict()
         return state
+
+    def _evict(self) -> None:
+        """Close the least recently used users' states (reopened lazily if they come back) while more than
+        `max_open_users` are open or their indexes hold more than `max_open_messages` messages; the most
+        recent one stays open whatever its size."""
+        total = sum(state.messages for state in self._users.values())
+        while len(self._users) > 1 and (
+            len(self._users) > self.max_open_users or total > self.max_open_messages
+        ):
+            _, old = self._users.popitem(last=False)
+            total -= old.messages
+            self._indexer.submit(old.close)
 
     def _user_retriever(self, derived: Derived) -> HybridRetriever | None:
         """The shared retriever's per-user form: shared models, the user's own derived data."""

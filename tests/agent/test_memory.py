@@ -135,3 +135,24 @@ def test_added_messages_are_embedded_before_the_first_query(tmp_path):
         memory.add("kim", [{"role": "user", "text": "I sold the bike; now I walk."}])  # not indexed yet
         assert "walk" in memory.query("kim", "How do I get around now?").text
         assert EmbeddingCache(user_dir).count() == 42
+
+
+def test_open_users_are_bounded_by_the_messages_their_indexes_hold(tmp_path):
+    from lazymem import Memory
+
+    overrides = [
+        "method=rag",
+        "agent.max_open_messages=5",
+        f"agent.dir={tmp_path}",
+        f"paths.cache={tmp_path}",
+    ]
+    with Memory.from_config(overrides) as memory:
+        for user in ("ann", "bob"):
+            memory.add(user, [{"role": "user", "text": f"{user} note {n}"} for n in range(4)])
+        memory.query("ann", "notes?")
+        memory.query("bob", "notes?")  # 8 messages open > 5: ann's indexes are closed
+        assert [user for _, user in memory._users] == ["bob"]
+        memory.add("cy", [{"role": "user", "text": f"cy note {n}"} for n in range(9)])
+        memory.query("cy", "notes?")  # over the bound alone: the queried user stays open
+        assert [user for _, user in memory._users] == ["cy"]
+        assert "ann note" in memory.query("ann", "notes?").text  # reopened when it comes back

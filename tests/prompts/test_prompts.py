@@ -1,0 +1,125 @@
+"""lazymem.prompts: bundled templates by name or any file by path, their fields, versions and the errors for
+what cannot be found."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+
+import pytest
+
+from lazymem.prompts import BUNDLED, Template, load, load_json
+
+# each bundled template -> the str.format fields its caller passes (construct/processor.py, eval/pipeline.py,
+# eval/judge.py, methods/nanomemory.py, train/reasoning_chain.py); a system prompt is sent as it is
+FIELDS = {
+    "memory_system": set(),
+    "memory_user": {"n_messages", "query", "query_time", "window"},
+    "answer_system": set(),
+    "answer_compressed": {"memory", "query", "query_time"},
+    "answer_compressed_memory_first": {"memory", "query", "query_time"},
+    "answer_raw": {"memory", "query", "query_time"},
+    "answer_raw_memory_first": {"memory", "query", "query_time"},
+    "judge_locomo": {"answer", "question", "response"},
+    "judge_longmemeval": {"answer", "question", "response", "rule"},
+    "nanomemory_system": set(),
+    "nanomemory_user": {"n_sessions", "none_marker", "query", "query_time", "sessions"},
+    "reasoning_chain_system": set(),
+    "reasoning_chain_user": {"answer", "evidence", "query", "query_time"},
+}
+
+
+def fields(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+
+
+def test_a_bundled_template_loads_by_name():
+    t = load("memory_user")
+    assert t.name == "memory_user"
+    assert t.path == (BUNDLED / "memory_user.txt").resolve()
+    assert t.text == (BUNDLED / "memory_user.txt").read_text()
+    assert t.bundled
+
+
+def test_every_bundled_template_is_known_with_the_fields_its_caller_fills():
+    assert {p.stem for p in BUNDLED.glob("*.txt")} == set(FIELDS)
+    for name, expected in FIELDS.items():
+        assert fields(load(name).text) == expected, name
+
+
+def test_every_bundled_template_formats_with_its_fields_and_keeps_doubled_braces_literal():
+    for name, expected in FIELDS.items():
+        values = {f: f"<{f}>" for f in expected}
+        text = load(name).format(**values)
+        assert all(v in text for v in values.values()), name
+    user = load("memory_user").format(n_messages=3, query="q", query_time="t", window="w")
+    assert '[{"op": "KEEP" or "DROP"' in user and "{{" not in user
+
+
+def test_a_missing_field_fails_naming_it():
+    with pytest.raises(KeyError, match="window"):
+        load("memory_user").format(n_messages=3, query="q", query_time="t")
+
+
+def test_a_users_file_loads_by_path_and_is_not_bundled(tmp_path):
+    path = tmp_path / "my_answer.txt"
+    path.write_text("Q: {query}\nM: {memory}\n")
+    t = load(str(path))
+    assert (t.name, t.text, t.path) == ("my_answer", "Q: {query}\nM: {memory}\n", path.resolve())
+    assert not t.bundled
+    assert t.format(query="where?", memory="(none)") == "Q: where?\nM: (none)\n"
+
+
+def test_a_copy_of_a_bundled_template_elsewhere_is_not_bundled(tmp_path):
+    copy = tmp_path / "memory_user.txt"
+    copy.write_text((BUNDLED / "memory_user.txt").read_text())
+    assert not load(str(copy)).bundled and load(str(BUNDLED / "memory_user.txt")).bundled
+    assert not Template("inline", "text").bundled  # read from no file
+
+
+def test_the_version_is_a_hash_of_the_text_only(tmp_path):
+    bundled = load("answer_raw")
+    assert bundled.version == hashlib.sha256(bundled.text.encode()).hexdigest()[:12]
+    copy = tmp_path / "elsewhere.txt"
+    copy.write_text(bundled.text)
+    assert load(str(copy)).version == bundled.version  # same words, same cache keys
+    copy.write_text(bundled.text + " ")
+    assert load(str(copy)).version != bundled.version  # one edit changes every key that uses it
+
+
+def test_an_unknown_name_says_where_it_looked():
+    with pytest.raises(FileNotFoundError) as err:
+        load("no_such_prompt")
+    assert str(err.value) == (
+        f"prompt template 'no_such_prompt' not found (looked for {BUNDLED / 'no_such_prompt.txt'})"
+    )
+
+
+def test_a_missing_file_says_where_it_looked(tmp_path):
+    path = tmp_path / "gone.txt"
+    with pytest.raises(
+        FileNotFoundError, match=r"prompt template '.*gone\.txt' not found \(looked for .*gone\.txt\)"
+    ):
+        load(str(path))
+
+
+def test_a_folder_is_not_a_template(tmp_path):
+    folder = tmp_path / "prompts.d"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load(str(folder))
+
+
+def test_json_rules_load_by_name_or_path(tmp_path):
+    rules = load_json("judge_longmemeval_rules")
+    assert rules == json.loads((BUNDLED / "judge_longmemeval_rules.json").read_text())
+    assert {"default", "temporal-reasoning", "knowledge-update", "abstention"} <= set(rules)
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"default": "say yes"}))
+    assert load_json(str(path)) == {"default": "say yes"}
+
+
+def test_unknown_json_rules_raise_file_not_found():
+    with pytest.raises(FileNotFoundError, match="no_such_rules.json"):
+        load_json("no_such_rules")

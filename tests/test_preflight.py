@@ -1,0 +1,234 @@
+"""preflight.py: the roles a job checks, every problem collected with its fix (each role's backend, the
+retrieval's hooks, benchmark files, the GPU and its plan) and the one message that stops the job before any
+work. The plans' own arithmetic is tests/test_placement.py's; no GPU, no model download: the model
+directories hold only the real architectures' config.json."""
+
+from __future__ import annotations
+
+import importlib
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from lazymem import preflight
+from lazymem.conf import CONF_DIR
+from lazymem.methods.lazymem import LazyMem
+from lazymem.methods.rag import RAG
+from lazymem.placement import Gpu
+from lazymem.preflight import PreflightError, problems, require, require_placement, roles_used
+from lazymem.tasks.evaluate import build_methods
+
+from helpers import EXTENSION
+from helpers_llm import write_model_dirs
+
+# each model directory variable of the paper experiments -> the architecture it holds
+ENV = {
+    "LAZYMEM_QWEN3_32B": "Qwen3-32B",
+    "LAZYMEM_4B_DIR": "Qwen3-4B",
+    "LAZYMEM_QWEN3_4B": "Qwen3-4B",
+    "LAZYMEM_SFT_MODEL": "Qwen3-4B",
+    "LAZYMEM_RL_MODEL": "Qwen3-4B",
+    "LAZYMEM_QWEN3_EMBEDDING_8B": "Qwen3-Embedding-8B",
+    "LAZYMEM_BGE_RERANKER_V2_M3": "bge-reranker-v2-m3",
+}
+NO_GPU = "no GPU found (nvidia-smi / torch.cuda), needed by "
+CPU_FIX = "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)"
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    dirs = write_model_dirs(tmp_path)
+    for var, name in ENV.items():
+        monkeypatch.setenv(var, str(dirs[name]))
+    return dirs
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    monkeypatch.setattr(preflight, "has_gpu", lambda: False)
+
+
+def gpus(n: int, gib: float = 80.0) -> list[Gpu]:
+    return [Gpu(i, gib, gib) for i in range(n)]
+
+
+def config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def job_problems(*overrides: str) -> list[str]:
+    """What preflight finds for task=evaluate (its default method: lazymem) with these overrides."""
+    cfg = config("task=evaluate", *overrides)
+    return problems(cfg, build_methods(cfg), {})
+
+
+def test_roles_used_are_the_jobs_own_and_each_methods_once_sorted():
+    assert roles_used([]) == ["answer", "judge"]
+    assert roles_used([RAG()]) == ["answer", "judge"]  # no role of its own
+    methods = [LazyMem(role="memory_small"), LazyMem(), LazyMem(name="again"), RAG()]
+    assert roles_used(methods) == ["answer", "judge", "memory", "memory_small"]
+
+
+def test_the_cpu_default_job_has_nothing_missing(monkeypatch):
+    monkeypatch.setattr(preflight, "has_gpu", lambda: pytest.fail("nothing needs a GPU: none is looked for"))
+    assert job_problems() == []
+
+
+def test_a_role_without_a_model_is_named_with_its_override(cpu_only):
+    assert job_problems("++llm.roles.answer.model=null") == [
+        "llm.roles.answer.model is not set: pass llm.roles.answer.model=... (a model directory or a GGUF)"
+    ]
+
+
+def test_every_roles_problems_are_collected_in_role_order(cpu_only, monkeypatch):
+    monkeypatch.delenv("LAZYMEM_TEST_JUDGE_KEY", raising=False)
+    found = job_problems(
+        "++llm.roles.memory.model=''",
+        "++llm.roles.judge.backend=endpoint",
+        "++llm.roles.judge.api_key_env=LAZYMEM_TEST_JUDGE_KEY",
+    )
+    assert found == [
+        "llm.roles.judge.base_url is not set",
+        "llm.roles.judge needs an API key: export LAZYMEM_TEST_JUDGE_KEY=... "
+        "(it is read from the environment only)",
+        "llm.roles.memory.model is not set: pass llm.roles.memory.model=... (a model directory or a GGUF)",
+    ]
+
+
+def test_the_memory_model_of_a_stage_is_named_by_the_stage_override(cpu_only, monkeypatch):
+    monkeypatch.delenv("LAZYMEM_RL_MODEL", raising=False)
+    cfg = config("+experiment=stage_ablation_cpu", "stage=rl")
+    assert problems(cfg, build_methods(cfg), {}) == [
+        "llm.roles.memory.model is not set: pass stages.rl=... (a model directory or a GGUF)"
+    ]
+    cfg = config("+experiment=stage_ablation_cpu", "stage=base")
+    assert problems(cfg, build_methods(cfg), {}) == []
+
+
+def test_a_gpu_backend_on_a_cpu_machine_leads_with_what_needs_the_gpu(cpu_only, tmp_path):
+    vllm = [
+        "++llm.roles.answer.backend=vllm",
+        f"++llm.roles.answer.model={tmp_path}",
+        "++llm.roles.answer.vllm.python=/absent/python",
+    ]
+    found = job_problems(*vllm)
+    assert found[0] == NO_GPU + "llm.roles.answer (vllm)" + CPU_FIX
+    assert len(found) == 2 and found[1].startswith(
+        "llm.roles.answer.vllm.python = '/absent/python' does not exist"
+    )
+    on_cpu = job_problems(*vllm, "++llm.roles.answer.vllm.device=cpu")  # vLLM on the CPU needs no GPU
+    assert on_cpu == found[1:]
+
+
+def test_retrieval_problems_and_gpu_needs_come_from_its_hooks(cpu_only):
+    dense = "retrieval.retrievers.dense.encoder"
+    missing = f"{dense}.model = '/absent/embedder' is not a local model directory: pass {dense}.model="
+    missing += "/path/to/model"
+    assert job_problems(f"{dense}.model=/absent/embedder") == [NO_GPU + f"{dense}.device" + CPU_FIX, missing]
+    assert job_problems(f"{dense}.model=/absent/embedder", f"{dense}.device=cpu") == [missing]
+    found = job_problems("retrieval/reranker=bge_m3", f"{dense}.model=/absent/embedder")
+    assert found[0] == NO_GPU + f"{dense}.device, retrieval.reranker.devices" + CPU_FIX
+    assert found[1:] == [
+        missing,
+        "retrieval.reranker.model = 'BAAI/bge-reranker-v2-m3' is not a local model "
+        "directory: pass retrieval.reranker.model=/path/to/model",
+    ]
+
+
+def test_a_retriever_of_your_own_with_the_default_hooks_adds_nothing(monkeypatch, toy_modules):
+    monkeypatch.syspath_prepend(str(EXTENSION))
+    monkeypatch.setattr(preflight, "has_gpu", lambda: pytest.fail("nothing needs a GPU: none is looked for"))
+    found = job_problems(
+        f"hydra.searchpath=[file://{EXTENSION / 'conf'}]",
+        "+retrieval/retriever@retrieval.retrievers.recency=recency",
+    )
+    assert found == []
+
+
+def test_without_a_retrieval_config_no_retriever_is_checked(cpu_only):
+    assert job_problems("~retrieval") == []
+
+
+def test_benchmark_files_are_checked_where_the_loader_reads_one(cpu_only, tmp_path):
+    present = tmp_path / "locomo.json"
+    present.write_text("[]")
+    lme = OmegaConf.load(CONF_DIR / "data" / "longmemeval.yaml")  # path: null
+    locomo = OmegaConf.load(CONF_DIR / "data" / "locomo.yaml")
+    benchmarks = {
+        "synthetic": OmegaConf.load(CONF_DIR / "data" / "synthetic.yaml"),  # generated: reads no file
+        "longmemeval": lme,
+        "locomo": OmegaConf.merge(locomo, {"path": str(present)}),
+        "locomo_typo": OmegaConf.merge(locomo, {"path": str(tmp_path / "locomo.jsn")}),
+        "folder": {"loader": {"path": "${..path}"}, "path": str(tmp_path)},
+    }
+    assert problems(config(), [], benchmarks) == [
+        "benchmarks.longmemeval.path is not set: pass benchmarks.longmemeval.path=/path/to/file.json",
+        f"benchmarks.locomo_typo.path = '{tmp_path / 'locomo.jsn'}' does not exist",
+        f"benchmarks.folder.path = '{tmp_path}' does not exist",
+    ]
+
+
+def test_require_stops_with_every_problem_in_one_message(cpu_only):
+    cfg = config("task=evaluate", "++llm.roles.answer.model=null", "++llm.roles.judge.model=null")
+    with pytest.raises(PreflightError) as err:
+        require(cfg, build_methods(cfg), {"longmemeval": {"loader": {"path": None}, "path": None}})
+    assert isinstance(err.value, SystemExit)  # the runner prints it and exits non-zero, no traceback
+    assert err.value.code == (
+        "error: this job cannot start; missing:\n"
+        "  - llm.roles.answer.model is not set: pass llm.roles.answer.model=... (a model directory or a GGUF)"
+        "\n  - llm.roles.judge.model is not set: pass llm.roles.judge.model=... (a model directory or a GGUF)"
+        "\n  - benchmarks.longmemeval.path is not set: pass benchmarks.longmemeval.path=/path/to/file.json"
+    )
+
+
+def test_require_passes_a_job_with_nothing_missing(cpu_only):
+    cfg = config("task=evaluate")
+    assert require(cfg, build_methods(cfg), {}) is None
+
+
+def test_preflight_checks_the_plan_only_with_a_gpu(models, monkeypatch):
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
+    cfg = config("+experiment=perturbation", "llm.common.vllm.python=/absent/python")  # no vLLM probe
+    monkeypatch.setattr(preflight, "has_gpu", lambda: True)
+    assert any("placement=gpu2 needs 2 GPUs, 1 visible" in p for p in preflight.problems(cfg, [], {}))
+    monkeypatch.setattr(preflight, "has_gpu", lambda: False)
+    found = preflight.problems(cfg, [], {})
+    assert found[0].startswith("no GPU found") and not any("placement" in p for p in found)
+
+
+def test_require_placement_checks_the_plan_against_the_visible_gpus(models, monkeypatch):
+    cfg = config("+experiment=coverage_locomo")  # placement=gpu2; the embedder alone fits one GPU
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
+    with pytest.raises(PreflightError) as err:
+        require_placement(cfg, [])
+    assert err.value.code == (
+        "error: this job cannot start; missing:\n"
+        "  - placement=gpu2 needs 2 GPUs, 1 visible: pass placement=gpu1"
+    )
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(2))
+    assert require_placement(cfg, []) is None
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: [])  # no GPU visible: nothing to check
+    assert require_placement(cfg, []) is None
+
+
+@pytest.mark.parametrize(
+    "experiment, module",
+    [
+        ("coverage_longmemeval", "coverage"),
+        ("build_sft", "build_sft"),
+        ("build_rl", "build_rl"),
+        ("reward_rollouts", "reward_rollouts"),
+    ],
+)
+def test_tasks_without_methods_check_their_plan_before_any_work(models, monkeypatch, experiment, module):
+    """The tasks that take no methods (so no preflight.require) stop on a plan that does not fit too."""
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
+    cfg = config(
+        f"+experiment={experiment}", "data.path=/nonexistent.json"
+    )  # the check comes before the data is read
+    task = importlib.import_module(f"lazymem.tasks.{module}")
+    with pytest.raises(preflight.PreflightError, match="placement=gpu2 needs 2 GPUs, 1 visible"):
+        task.run(cfg, SimpleNamespace(dir=None))
