@@ -8,7 +8,8 @@
 
 A query runs the configured method (conf/method/, LazyMem by default; `method=rag` is retrieval only)
 through the same retrieval and memory model as a benchmark run. Adding a message only writes it to the
-store; the user's indexes are refreshed at the next query, which embeds just the messages not seen before.
+store and marks its user for indexing: `aindex_pending` (the service's background indexer) embeds it soon
+after, and a query embeds whatever is still missing itself.
 
 What is derived from a user's messages (their embedding cache and the memory model's response cache) lives
 where the store puts it: in that user's own folder under `dir/users/` (SQLite), or in rows of the server
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import shutil
 import threading
 import time
@@ -39,30 +39,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lazymem.agent.store import MAX_ID, Derived, NewMessage, Store, StoredMessage, UnknownUser, open_store
+from lazymem.agent.inputs import BadInput, Limits, check_text
+from lazymem.agent.store import MAX_ID, Derived, Store, StoredMessage, UnknownUser, open_store
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
-DEFAULT_SESSION = "default"
-# Characters no store can hold: NUL, and UTF-16 surrogates (in a str, always unpaired: JSON's "\\ud800")
-_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
-
-
-class BadInput(ValueError):
-    """A call's arguments are malformed or over the limits; nothing was stored or deleted."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what one call may carry (conf/agent.yaml `agent.limits`)."""
-
-    max_messages_per_add: int = 1000
-    max_text_chars: int = 20000
-    max_question_chars: int = 4000
-    max_id_chars: int = 200
 
 
 @dataclass
@@ -147,7 +131,7 @@ class Memory:
         self._indexer = ThreadPoolExecutor(1, thread_name_prefix="lazymem-index")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
-        if getattr(store, "derived_in_store", False):
+        if store.derived_in_store:
             # the user folders are scratch: what a previous run left there may predate a forget
             shutil.rmtree(self.dir / "users", ignore_errors=True)
 
@@ -183,8 +167,8 @@ class Memory:
     ) -> list[int]:
         """Store messages (each: `role`, `text`, optional `time` and `session_id`); their ids. No model
         runs: the batch is validated and written in one transaction, whole or not at all."""
-        self._check_ids(tenant, user_id)
-        batch = self._check_messages(messages)
+        self.limits.check_ids(tenant, user_id)
+        batch = self.limits.check_messages(messages, _now())
         return await asyncio.to_thread(self.store.add, tenant, user_id, batch)
 
     async def aimport(
@@ -200,7 +184,7 @@ class Memory:
         Give each message a `source` (its position in the file it came from): a second import of the same
         source, e.g. after a crash, then skips what is stored instead of storing it twice. `progress` gets
         the count so far after each batch."""
-        self._check_ids(tenant, user_id)
+        self.limits.check_ids(tenant, user_id)
         size = max(1, min(batch_size, self.limits.max_messages_per_add))
         done, chunk = 0, []
         for message in messages:
@@ -213,7 +197,7 @@ class Memory:
         return done
 
     async def _import_batch(self, tenant, user_id, chunk, done: int, progress) -> int:
-        batch = self._check_messages(chunk, first=done)
+        batch = self.limits.check_messages(chunk, _now(), first=done)
         await asyncio.to_thread(self.store.add, tenant, user_id, batch)
         done += len(batch)
         if progress is not None:
@@ -224,10 +208,10 @@ class Memory:
         self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT
     ) -> Recall:
         """The memory block for `question` asked at `now` (default: the current time, UTC)."""
-        self._check_ids(tenant, user_id)
-        _check_text("question", question, self.limits.max_question_chars)
+        self.limits.check_ids(tenant, user_id)
+        check_text("question", question, self.limits.max_question_chars)
         if now is not None:
-            _check_text("now", now, self.limits.max_id_chars)
+            check_text("now", now, self.limits.max_id_chars)
         start = time.perf_counter()
         async with self._user_lock(tenant, user_id):
             snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
@@ -265,7 +249,7 @@ class Memory:
     ) -> int:
         """Delete the given messages (or all of the user's) and everything derived from the user's
         messages; how many messages were deleted. Unknown ids delete nothing (UnknownMessages)."""
-        self._check_ids(tenant, user_id)
+        self.limits.check_ids(tenant, user_id)
         if message_ids is not None and not all(type(i) is int and 0 < i <= MAX_ID for i in message_ids):
             raise BadInput(f"message_ids must be integers from 1 to {MAX_ID}")
         async with self._user_lock(tenant, user_id):
@@ -277,7 +261,7 @@ class Memory:
 
     async def aexport(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
         """Every stored message of the user, oldest first (id, session_id, time, role, text, added)."""
-        self._check_ids(tenant, user_id)
+        self.limits.check_ids(tenant, user_id)
         stored = (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).messages
         if not stored:
             raise UnknownUser(user_id)
@@ -405,34 +389,6 @@ class Memory:
                 threading.Thread(target=self._loop.run_forever, name="lazymem-memory", daemon=True).start()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def _check_ids(self, tenant: str, user_id: str) -> None:
-        _check_text("tenant", tenant, self.limits.max_id_chars)
-        _check_text("user_id", user_id, self.limits.max_id_chars)
-
-    def _check_messages(self, messages: Sequence[Mapping[str, Any]], first: int = 0) -> list[NewMessage]:
-        """`first`: the position of messages[0] in what the caller sends (an import's batches)."""
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
-            raise BadInput("messages must be a non-empty list")
-        if len(messages) > self.limits.max_messages_per_add:
-            raise BadInput(
-                f"at most {self.limits.max_messages_per_add} messages per add, got {len(messages)}"
-            )
-        now, batch = _now(), []
-        for n, m in enumerate(messages, first):
-            if not isinstance(m, Mapping):
-                raise BadInput(f"message {n}: must be an object with role and text")
-            fields = {"role": m.get("role"), "text": m.get("text")}
-            fields["time"] = m.get("time") or now
-            fields["session_id"] = m.get("session_id") or DEFAULT_SESSION
-            for key, value in fields.items():
-                bound = self.limits.max_text_chars if key == "text" else self.limits.max_id_chars
-                _check_text(f"message {n}: {key}", value, bound)
-            source = m.get("source")
-            if source is not None:
-                _check_text(f"message {n}: source", source, self.limits.max_id_chars)
-            batch.append(NewMessage(**fields, source=source))
-        return batch
-
     def _user_lock(self, tenant: str, user_id: str) -> asyncio.Lock:
         """One query or forget at a time per user, so a forget never races a query that would write
         derived data of the forgotten messages after it."""
@@ -507,18 +463,6 @@ def compose(overrides: Sequence[str] = ()):
         overrides.insert(0, "+agent=default")
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return hydra_compose("config", overrides=overrides)
-
-
-def _check_text(name: str, value: Any, max_chars: int) -> None:
-    """A non-empty string within `max_chars` that is valid Unicode text: JSON can carry a lone surrogate
-    (`"\\ud800"`) or a NUL, which no store can hold; the reason never quotes the value."""
-    if not isinstance(value, str) or not value.strip():
-        raise BadInput(f"{name} must be a non-empty string")
-    if len(value) > max_chars:
-        raise BadInput(f"{name} is longer than {max_chars} characters")
-    bad = _NOT_TEXT.search(value)
-    if bad is not None:
-        raise BadInput(f"{name} is not valid text: a lone surrogate or NUL at position {bad.start()}")
 
 
 def _now() -> str:

@@ -107,6 +107,8 @@ class PostgresStore:
                 if m.source in known:
                     ids.append(known[m.source])
                     continue
+                if m.source is not None:
+                    known[m.source] = first + n  # a source named twice in one batch is stored once
                 ids.append(first + n)
                 rows.append((tenant, user, first + n, m.session_id, m.time, m.role, m.text, m.source))
             with conn.cursor() as cur:

@@ -49,6 +49,8 @@ def test_a_source_already_stored_is_not_stored_again(store):
     again = store.add("t", "u", [*new("ok", source="f:2"), *new("fine", source="f:3")])
     assert again[0] == first[1]
     assert [m.text for m in store.snapshot("t", "u").messages] == ["ok", "ok", "fine"]
+    twice = store.add("t", "u", [*new("again", source="f:9"), *new("again", source="f:9")])
+    assert twice[0] == twice[1] and len(store.snapshot("t", "u").messages) == 4
 
 
 def test_purge_deletes_by_age_and_one_process_at_a_time(store, pg_dsn):

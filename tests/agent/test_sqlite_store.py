@@ -177,6 +177,8 @@ def test_a_source_is_stored_once_per_user(tmp_path):
         "ok",
         "fine",
     ]
+    twice = store.add("t", "u", [new("again", "f:9"), new("again", "f:9")])
+    assert twice[0] == twice[1] and len(store.snapshot("t", "u").messages) == 4
     store.add("t", "other", [new("ok", "f:1")])
     assert len(store.snapshot("t", "other").messages) == 1  # a source is per user
     store.close()
