@@ -119,3 +119,30 @@ def write_model_dirs(root: Path) -> dict[str, Path]:
         dirs[name].mkdir()
         (dirs[name] / "config.json").write_text(json.dumps(config))
     return dirs
+
+
+# each model directory variable of the paper experiments -> the architecture it holds
+PAPER_MODEL_ENV = {
+    "LAZYMEM_QWEN3_32B": "Qwen3-32B",
+    "LAZYMEM_4B_DIR": "Qwen3-4B",
+    "LAZYMEM_QWEN3_4B": "Qwen3-4B",
+    "LAZYMEM_SFT_MODEL": "Qwen3-4B",
+    "LAZYMEM_RL_MODEL": "Qwen3-4B",
+    "LAZYMEM_QWEN3_EMBEDDING_8B": "Qwen3-Embedding-8B",
+    "LAZYMEM_BGE_RERANKER_V2_M3": "bge-reranker-v2-m3",
+}
+
+
+def paper_model_dirs(root: Path, monkeypatch) -> dict[str, Path]:
+    """write_model_dirs under `root`, each paper experiment's model variable pointed at its directory."""
+    dirs = write_model_dirs(root)
+    for var, name in PAPER_MODEL_ENV.items():
+        monkeypatch.setenv(var, str(dirs[name]))
+    return dirs
+
+
+def gpus(n: int, gib: float = 80.0, free: float | None = None) -> list:
+    """A fake inventory of `n` GPUs of `gib` GiB each, `free` GiB free (default: all)."""
+    from lazymem.placement import Gpu
+
+    return [Gpu(i, gib, gib if free is None else free) for i in range(n)]

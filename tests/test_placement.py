@@ -16,18 +16,8 @@ from lazymem.placement import Gpu, plan_problems
 from lazymem.preflight import roles_used
 from lazymem.tasks.evaluate import build_methods
 
-from helpers_llm import MODEL_CONFIGS, write_model_dirs
+from helpers_llm import MODEL_CONFIGS, gpus, paper_model_dirs
 
-# each model directory variable of the paper experiments -> the architecture it holds
-ENV = {
-    "LAZYMEM_QWEN3_32B": "Qwen3-32B",
-    "LAZYMEM_4B_DIR": "Qwen3-4B",
-    "LAZYMEM_QWEN3_4B": "Qwen3-4B",
-    "LAZYMEM_SFT_MODEL": "Qwen3-4B",
-    "LAZYMEM_RL_MODEL": "Qwen3-4B",
-    "LAZYMEM_QWEN3_EMBEDDING_8B": "Qwen3-Embedding-8B",
-    "LAZYMEM_BGE_RERANKER_V2_M3": "bge-reranker-v2-m3",
-}
 # the roles of the tasks that take no methods (evaluate and main_table: their methods' roles)
 TASK_ROLES = {"perturbation": ["answer", "judge"], "reward_rollouts": ["memory"], "coverage": []}
 TASK_ROLES |= {"build_sft": ["teacher"], "build_rl": []}
@@ -40,14 +30,7 @@ ONE_GPU = "at least 2 GPUs of 80 GiB; 1 visible: run it on a node with 2 GPUs an
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    dirs = write_model_dirs(tmp_path)
-    for var, name in ENV.items():
-        monkeypatch.setenv(var, str(dirs[name]))
-    return dirs
-
-
-def gpus(n: int, gib: float = 80.0, free: float | None = None) -> list[Gpu]:
-    return [Gpu(i, gib, gib if free is None else free) for i in range(n)]
+    return paper_model_dirs(tmp_path, monkeypatch)
 
 
 def job(experiment: str, *overrides: str):

@@ -16,42 +16,24 @@ from lazymem import preflight
 from lazymem.conf import CONF_DIR
 from lazymem.methods.lazymem import LazyMem
 from lazymem.methods.rag import RAG
-from lazymem.placement import Gpu
 from lazymem.preflight import PreflightError, problems, require, require_placement, roles_used
 from lazymem.tasks.evaluate import build_methods
 
 from helpers import EXTENSION
-from helpers_llm import write_model_dirs
+from helpers_llm import gpus, paper_model_dirs
 
-# each model directory variable of the paper experiments -> the architecture it holds
-ENV = {
-    "LAZYMEM_QWEN3_32B": "Qwen3-32B",
-    "LAZYMEM_4B_DIR": "Qwen3-4B",
-    "LAZYMEM_QWEN3_4B": "Qwen3-4B",
-    "LAZYMEM_SFT_MODEL": "Qwen3-4B",
-    "LAZYMEM_RL_MODEL": "Qwen3-4B",
-    "LAZYMEM_QWEN3_EMBEDDING_8B": "Qwen3-Embedding-8B",
-    "LAZYMEM_BGE_RERANKER_V2_M3": "bge-reranker-v2-m3",
-}
 NO_GPU = "no GPU found (nvidia-smi / torch.cuda), needed by "
 CPU_FIX = "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)"
 
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    dirs = write_model_dirs(tmp_path)
-    for var, name in ENV.items():
-        monkeypatch.setenv(var, str(dirs[name]))
-    return dirs
+    return paper_model_dirs(tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def cpu_only(monkeypatch):
     monkeypatch.setattr(preflight, "has_gpu", lambda: False)
-
-
-def gpus(n: int, gib: float = 80.0) -> list[Gpu]:
-    return [Gpu(i, gib, gib) for i in range(n)]
 
 
 def config(*overrides: str):
