@@ -253,7 +253,8 @@ class Memory:
         if message_ids is not None and not all(type(i) is int and 0 < i <= MAX_ID for i in message_ids):
             raise BadInput(f"message_ids must be integers from 1 to {MAX_ID}")
         async with self._user_lock(tenant, user_id):
-            if (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).generation is None:
+            known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
+            if not known:  # one row looked up, not the user's whole history read
                 raise UnknownUser(user_id)
             deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids)
             await self._drop_derived(tenant, user_id)
