@@ -40,10 +40,19 @@ from pathlib import Path
 from typing import Any
 
 from lazymem.agent.inputs import BadInput, Limits, check_text
-from lazymem.agent.store import MAX_ID, Derived, Store, StoredMessage, UnknownUser, open_store
+from lazymem.agent.store import (
+    MAX_ID,
+    Derived,
+    Store,
+    StoredMessage,
+    UnknownUser,
+    VectorKeys,
+    open_store,
+)
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
+from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
@@ -76,7 +85,27 @@ class _UserState:
 
     def __init__(self, generation: int, retriever: HybridRetriever | None, llms):
         self.generation, self.retriever, self.llms = generation, retriever, llms
-        self.messages = 0  # messages its indexes hold (what its memory grows with)
+        # The user's messages as last read (a query reads only what was added since), and the same as
+        # retrieval's records, position by position; `warmed`: how many of them are known to be embedded.
+        self.stored: list[StoredMessage] = []
+        self.history: list[Message] = []
+        self.warmed = 0
+
+    @property
+    def messages(self) -> int:
+        """How many messages it holds, with their indexes: what its memory grows with."""
+        return len(self.stored)
+
+    @property
+    def last_id(self) -> int:
+        return self.stored[-1].id if self.stored else 0
+
+    def extend(self, new: Sequence[StoredMessage]) -> None:
+        start = len(self.stored)
+        self.stored.extend(new)
+        self.history.extend(
+            Message(start + i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(new)
+        )
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -102,7 +131,7 @@ class Memory:
         dir: str | Path = "lazymem-memory",
         limits: Limits | None = None,
         max_open_users: int = 64,
-        max_open_messages: int = 1_000_000,
+        max_open_messages: int = 250_000,
     ):
         if not isinstance(method, Method):
             raise TypeError(f"{type(method).__name__} is not a lazymem.methods.base.Method")
@@ -214,14 +243,8 @@ class Memory:
             check_text("now", now, self.limits.max_id_chars)
         start = time.perf_counter()
         async with self._user_lock(tenant, user_id):
-            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
-            if snapshot.generation is None:
-                raise UnknownUser(user_id)
-            stored = snapshot.messages
-            history = History(
-                "user", [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(stored)]
-            )
-            state = await self._state(tenant, user_id, snapshot.generation)
+            state = await self._read(tenant, user_id)
+            stored, history = state.stored[:], History("user", state.history[:])
             index_s = 0.0
             if state.retriever is not None:
                 t0 = time.perf_counter()
@@ -229,7 +252,7 @@ class Memory:
                     self._indexer, state.retriever.index, history
                 )
                 index_s = time.perf_counter() - t0
-                state.messages = len(stored)
+                state.warmed = len(stored)
                 self._evict()
             asked = Question(uuid.uuid4().hex, "agent", question, "", history.id, date=now or _now())
             block = await self.method.build(asked, history, Context(state.retriever, state.llms))
@@ -256,8 +279,10 @@ class Memory:
             known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
             if not known:  # one row looked up, not the user's whole history read
                 raise UnknownUser(user_id)
-            deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids)
-            await self._drop_derived(tenant, user_id)
+            dropped: dict[str, Mapping | None] = {}
+            keys = None if message_ids is None else self._vector_keys(dropped)
+            deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids, keys)
+            await self._drop_derived(tenant, user_id, dropped.get(user_id))
         return deleted
 
     async def aexport(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
@@ -275,10 +300,12 @@ class Memory:
             raise BadInput("older_than_days must be a number")
         if not older_than_days >= 0:  # also refuses NaN
             raise BadInput("older_than_days must be >= 0")
-        counts = await asyncio.to_thread(self.store.purge, tenant, time.time() - older_than_days * 86400)
+        dropped: dict[str, Mapping | None] = {}
+        before = time.time() - older_than_days * 86400
+        counts = await asyncio.to_thread(self.store.purge, tenant, before, self._vector_keys(dropped))
         for user_id in counts or ():
             async with self._user_lock(tenant, user_id):  # after any query still using the old messages
-                await self._drop_derived(tenant, user_id)
+                await self._drop_derived(tenant, user_id, dropped.get(user_id))
         return counts
 
     async def aindex_pending(self, lease_s: float = 600.0, chunk: int = 256) -> int:
@@ -300,12 +327,12 @@ class Memory:
         if self.retriever is None:
             return True
         key = (claim.tenant, claim.user)
-        snapshot = await asyncio.to_thread(self.store.snapshot, *key)
-        if snapshot.generation is None:
-            return True
         async with self._user_lock(*key):
-            state = await self._state(*key, snapshot.generation)
-        messages = [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(snapshot.messages)]
+            try:
+                state = await self._read(*key)
+            except UnknownUser:  # forgotten since the add
+                return True
+            first, messages = state.warmed, state.history[:]
 
         def warm(part) -> bool:
             if self._users.get(key) is not state:  # closed since: write nothing more for it
@@ -314,9 +341,10 @@ class Memory:
             return True
 
         loop = asyncio.get_running_loop()
-        for start in range(0, len(messages), chunk):
+        for start in range(first, len(messages), chunk):
             if not await loop.run_in_executor(self._indexer, warm, messages[start : start + chunk]):
                 return False
+            state.warmed = max(state.warmed, min(start + chunk, len(messages)))
         return True
 
     async def amaintain(self) -> None:
@@ -404,6 +432,24 @@ class Memory:
         digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
         return self.dir / "users" / digest
 
+    async def _read(self, tenant: str, user_id: str) -> _UserState:
+        """The user's open state with their messages read up to now (under the user's lock). An open state
+        reads only what was added since its last read; a new one, or one whose generation is gone (a
+        deletion since), reads them all."""
+        old = self._users.get((tenant, user_id))
+        after = old.last_id if old is not None else 0
+        snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id, after)
+        if snapshot.generation is None:
+            raise UnknownUser(user_id)
+        state = await self._state(tenant, user_id, snapshot.generation)
+        if state is not old and after:  # the open state went while only the new messages were read
+            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
+            if snapshot.generation is None:
+                raise UnknownUser(user_id)
+            state = await self._state(tenant, user_id, snapshot.generation)
+        state.extend(snapshot.messages)
+        return state
+
     async def _state(self, tenant: str, user_id: str, generation: int) -> _UserState:
         """The user's open state at `generation`; one built at another generation (some of the user's
         messages were deleted since, maybe by another process) is dropped with its derived data first."""
@@ -443,12 +489,34 @@ class Memory:
         cfg = {**self.llm, "cache_path": str(derived.storage.dir / "llm.sqlite")}
         return LLMSet(cfg, self.dir / "servers", self._registry, cache=derived.llm_cache())
 
-    async def _drop_derived(self, tenant: str, user_id: str) -> None:
+    def _vector_keys(self, into: dict[str, Mapping | None]) -> VectorKeys | None:
+        """For a deletion: the vector keys of each user's deleted messages (what the store drops from its
+        derived rows), also kept in `into` by user (what a local user folder drops)."""
+        if self.retriever is None:
+            return None
+
+        def keys(user_id: str, deleted: Sequence[StoredMessage]) -> Mapping | None:
+            messages = [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(deleted)]
+            into[user_id] = self.retriever.vector_keys(messages)
+            return into[user_id]
+
+        return keys
+
+    async def _drop_derived(self, tenant: str, user_id: str, keep_vectors_but: Mapping | None = None) -> None:
+        """Close the user's state and delete its derived data here: all of it, or (`keep_vectors_but`:
+        the deleted messages' vector keys, on a store whose user folders are the derived data) all but the
+        vectors of the user's remaining messages."""
         state = self._users.pop((tenant, user_id), None)
         self._held.pop((tenant, user_id), None)
+        loop = asyncio.get_running_loop()
         if state is not None:
-            await asyncio.get_running_loop().run_in_executor(self._indexer, state.close)
-        await asyncio.to_thread(shutil.rmtree, self._user_dir(tenant, user_id), True)
+            await loop.run_in_executor(self._indexer, state.close)
+        dir = self._user_dir(tenant, user_id)
+        trim = keep_vectors_but is not None and not self.store.derived_in_store and dir.exists()
+        if trim and await asyncio.to_thread(self.store.generations, [(tenant, user_id)]):  # messages left
+            await loop.run_in_executor(self._indexer, UserStorage(dir).keep_vectors, keep_vectors_but)
+        else:
+            await asyncio.to_thread(shutil.rmtree, dir, True)
 
 
 def compose(overrides: Sequence[str] = ()):

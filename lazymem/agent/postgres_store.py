@@ -13,21 +13,30 @@ forget commits. Each tenant's id counter is a row of `tenant_ids`, locked by the
 One replica at a time runs the retention purge and the maintenance step (advisory locks).
 
 "No trace" on PostgreSQL: after a forget no row holds the text or anything derived from it. DELETE leaves
-dead tuples in the table's pages until they are vacuumed, so `maintain` (run after every purge) rewrites
-the tables with VACUUM FULL and takes a checkpoint. WAL segments and backups keep the text until they are
-recycled or expire: docs/agent-memory.md says how an operator shortens that.
+dead tuples in the table's pages until they are vacuumed, so `maintain` (the service runs it every
+serve.maintain_every_s) rewrites the tables with VACUUM FULL and takes a checkpoint. WAL segments and
+backups keep the text until they are recycled or expire: docs/agent-scale.md says how an operator shortens
+that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from lazymem.agent.derived_rows import DerivedRows, RowsLLMCache, RowsUserStorage
-from lazymem.agent.store import Claim, Derived, NewMessage, Snapshot, StoredMessage, UnknownMessages
+from lazymem.agent.derived_rows import EMBEDDING, DerivedRows, RowsLLMCache, RowsUserStorage
+from lazymem.agent.store import (
+    Claim,
+    Derived,
+    NewMessage,
+    Snapshot,
+    StoredMessage,
+    UnknownMessages,
+    VectorKeys,
+)
 
 # Schema versions, each a list of statements; a database is brought from its version to the last one.
 MIGRATIONS: list[list[str]] = [
@@ -71,6 +80,8 @@ MIGRATIONS: list[list[str]] = [
 VERSION = len(MIGRATIONS)
 # Advisory lock keys (any constants unique within the database).
 _MIGRATE_LOCK, _PURGE_LOCK, _MAINTAIN_LOCK = 72_001, 72_002, 72_003
+# The columns of a StoredMessage, in order
+_MESSAGE = "id, session_id, time, role, text, added"
 # The tables a maintenance step rewrites: every one that holds message text or what is derived from it.
 _TEXT_TABLES = ("messages", "derived", "generations", "pending")
 
@@ -87,6 +98,8 @@ class PostgresStore:
 
     def add(self, tenant: str, user: str, messages: Sequence[NewMessage]) -> list[int]:
         with self.pool.connection() as conn:
+            # First: the tenant's id row stays locked until commit, so a concurrent add of the same sources
+            # (two replicas resuming one import) reads them below instead of hitting the unique index.
             (last,) = conn.execute(
                 "INSERT INTO tenant_ids (tenant, last_id) VALUES (%s, %s) ON CONFLICT (tenant) "
                 "DO UPDATE SET last_id = tenant_ids.last_id + EXCLUDED.last_id RETURNING last_id",
@@ -152,17 +165,17 @@ class PostgresStore:
                 (claim.tenant, claim.user),
             )
 
-    def snapshot(self, tenant: str, user: str) -> Snapshot:
+    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
         with self.pool.connection() as conn:
             rows = conn.execute(  # one statement: the messages and the generation of one moment
-                "SELECT g.generation, m.id, m.session_id, m.time, m.role, m.text, m.added "
-                "FROM generations g JOIN messages m ON m.tenant = g.tenant AND m.user_id = g.user_id "
+                "SELECT g.generation, m.id, m.session_id, m.time, m.role, m.text, m.added FROM generations g "
+                "LEFT JOIN messages m ON m.tenant = g.tenant AND m.user_id = g.user_id AND m.id > %s "
                 "WHERE g.tenant = %s AND g.user_id = %s ORDER BY m.id",
-                (tenant, user),
+                (after, tenant, user),
             ).fetchall()
         if not rows:
             return Snapshot(None, [])
-        return Snapshot(rows[0][0], [StoredMessage(*row[1:]) for row in rows])
+        return Snapshot(rows[0][0], [StoredMessage(*row[1:]) for row in rows if row[1] is not None])
 
     def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         if not users:
@@ -176,48 +189,62 @@ class PostgresStore:
             ).fetchall()
         return {(t, u): g for t, u, g in rows}
 
-    def forget(self, tenant: str, user: str, ids: Sequence[int] | None = None) -> int:
+    def forget(
+        self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
+    ) -> int:
         with self.pool.connection() as conn:
             _lock_user(conn, tenant, user)
             if ids is None:
                 deleted = conn.execute(
                     "DELETE FROM messages WHERE tenant = %s AND user_id = %s", (tenant, user)
                 ).rowcount
-            else:
-                wanted = sorted(set(ids))
-                mine = {
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT id FROM messages WHERE tenant = %s AND user_id = %s AND id = ANY(%s)",
-                        (tenant, user, wanted),
-                    )
-                }
-                missing = [i for i in wanted if i not in mine]
-                if missing:
-                    raise UnknownMessages(missing)  # the connection's context rolls back
-                deleted = conn.execute(
-                    "DELETE FROM messages WHERE tenant = %s AND id = ANY(%s)", (tenant, wanted)
-                ).rowcount
-            _drop_derived(conn, tenant, user)
-        return deleted
+                _drop_derived(conn, tenant, user, None)
+                return deleted
+            wanted = sorted(set(ids))
+            mine = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT id FROM messages WHERE tenant = %s AND user_id = %s AND id = ANY(%s)",
+                    (tenant, user, wanted),
+                )
+            }
+            missing = [i for i in wanted if i not in mine]
+            if missing:
+                raise UnknownMessages(missing)  # the connection's context rolls back
+            rows = conn.execute(
+                f"DELETE FROM messages WHERE tenant = %s AND id = ANY(%s) RETURNING {_MESSAGE}",
+                (tenant, wanted),
+            ).fetchall()
+            gone = [StoredMessage(*row) for row in rows]
+            _drop_derived(conn, tenant, user, None if vector_keys is None else vector_keys(user, gone))
+        return len(gone)
 
-    def purge(self, tenant: str, before: float) -> dict[str, int] | None:
+    def purge(
+        self, tenant: str, before: float, vector_keys: VectorKeys | None = None
+    ) -> dict[str, int] | None:
         with self.pool.connection() as conn:
             if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_PURGE_LOCK,)).fetchone()[0]:
                 return None  # another replica is purging
-            counts = dict(
-                conn.execute(
-                    "SELECT user_id, COUNT(*) FROM messages WHERE tenant = %s AND added < %s "
-                    "GROUP BY user_id ORDER BY user_id",
+            users = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT user_id FROM messages WHERE tenant = %s AND added < %s ORDER BY user_id",
                     (tenant, before),
-                ).fetchall()
-            )
-            for user in counts:
+                )
+            ]
+            for user in users:
                 _lock_user(conn, tenant, user)
-            conn.execute("DELETE FROM messages WHERE tenant = %s AND added < %s", (tenant, before))
-            for user in counts:
-                _drop_derived(conn, tenant, user)
-        return counts
+            gone: dict[str, list[StoredMessage]] = {user: [] for user in users}
+            for user, *row in conn.execute(
+                f"DELETE FROM messages WHERE tenant = %s AND added < %s RETURNING user_id, {_MESSAGE}",
+                (tenant, before),
+            ).fetchall():
+                gone.setdefault(user, []).append(StoredMessage(*row))
+            for user, messages in gone.items():
+                _drop_derived(
+                    conn, tenant, user, None if vector_keys is None else vector_keys(user, messages)
+                )
+        return {user: len(messages) for user, messages in gone.items()}
 
     def maintain(self) -> None:
         """After deletions: rewrite the tables that held the text (VACUUM FULL) and checkpoint, so no
@@ -272,13 +299,31 @@ def _lock_user(conn: Connection, tenant: str, user: str) -> None:
     )
 
 
-def _drop_derived(conn: Connection, tenant: str, user: str) -> None:
-    """With the user's messages deleted in this transaction: delete what was derived from them, give the
-    user a new generation (or none, when no message is left), and mark the tables for maintenance."""
-    conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", (tenant, user))
+def _drop_derived(
+    conn: Connection, tenant: str, user: str, vectors: Mapping[str, Collection[str]] | None
+) -> None:
+    """With some of the user's messages deleted in this transaction: delete what was derived from them,
+    give the user a new generation (or none, when no message is left), and mark the tables for maintenance.
+    `vectors`: the deleted messages' vector keys by model; the user's other vectors of those models are
+    kept, and everything else derived is deleted. None: everything derived is deleted."""
     left = conn.execute(
         "SELECT 1 FROM messages WHERE tenant = %s AND user_id = %s LIMIT 1", (tenant, user)
     ).fetchone()
+    if left is None or vectors is None:
+        conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", (tenant, user))
+    else:
+        models = sorted(vectors)
+        conn.execute(
+            "DELETE FROM derived WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND model = ANY(%s))",
+            (tenant, user, EMBEDDING, models),
+        )
+        pairs = [(model, key) for model in models for key in vectors[model]]
+        conn.execute(
+            "DELETE FROM derived d USING unnest(%s::text[], %s::text[]) AS gone(model, key) "
+            "WHERE d.tenant = %s AND d.user_id = %s AND d.kind = %s AND d.model = gone.model "
+            "AND d.key = gone.key",
+            ([m for m, _ in pairs], [k for _, k in pairs], tenant, user, EMBEDDING),
+        )
     if left is None:
         conn.execute("DELETE FROM generations WHERE tenant = %s AND user_id = %s", (tenant, user))
         conn.execute("DELETE FROM pending WHERE tenant = %s AND user_id = %s", (tenant, user))

@@ -15,8 +15,9 @@ Keys come from `serve.keys_file` (YAML, tenant -> keys and retention) and the en
 by `serve.keys_env`; they are held only as sha256 digests and never logged: access log lines carry the
 path without its query string, wherever a client put a key. Questions travel in POST bodies, so no message
 text or question reaches an access log line. A tenant's `retention_days` is enforced by a purge at
-start-up and every `serve.purge_every_s` (lazymem/agent/background.py); /health says when it last
-succeeded.
+start-up and every `serve.purge_every_s`, and the store's maintenance step (which makes deletions final
+in its files) runs every `serve.maintain_every_s` (lazymem/agent/background.py); /health says when each
+last succeeded.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict
 
-from lazymem.agent.background import Indexer, Refresh, Retention
+from lazymem.agent.background import Indexer, Maintenance, Refresh, Retention
 from lazymem.agent.memory import BadInput, Memory, compose
 from lazymem.agent.middleware import BodyLimit, ValidPath, log_config
 from lazymem.agent.store import UnknownMessages, UnknownUser
@@ -209,10 +210,12 @@ def create_app(
     max_import_bytes: int = 2**28,
     index_every_s: float = 1.0,
     index_lease_s: float = 600.0,
+    maintain_every_s: float = 600.0,
 ) -> FastAPI:
     """The service around `memory`; it closes `memory` when it shuts down."""
     loops = [
         retention := Retention(memory, tenants.all.values(), purge_every_s, purge_retry_s),
+        maintenance := Maintenance(memory, maintain_every_s),
         Refresh(memory, refresh_every_s),
         Indexer(memory, index_every_s, index_lease_s),
     ]
@@ -255,7 +258,12 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "method": memory.method.name, "retention": retention.status()}
+        return {
+            "status": "ok",
+            "method": memory.method.name,
+            "retention": retention.status(),
+            "maintenance": maintenance.status(),
+        }
 
     @app.post("/v1/users/{user_id}/messages", status_code=201)
     async def add(user_id: str, body: AddRequest, tenant: TenantName) -> AddReply:
@@ -354,6 +362,7 @@ def serve(overrides: Sequence[str]) -> int:
         s.max_import_bytes,
         s.index_every_s,
         cfg.agent.index_lease_s,
+        s.maintain_every_s,
     )
     uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=log_config())
     return 0

@@ -21,7 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lazymem import sqlite
-from lazymem.agent.store import Claim, Derived, NewMessage, Snapshot, StoredMessage, UnknownMessages
+from lazymem.agent.store import (
+    Claim,
+    Derived,
+    NewMessage,
+    Snapshot,
+    StoredMessage,
+    UnknownMessages,
+    VectorKeys,
+)
 from lazymem.llm.cache import LLMCache
 from lazymem.retrieval.base import UserStorage
 
@@ -51,6 +59,7 @@ _TABLES = [
     "claimed_until REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
 ]
 _SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
+_MESSAGE = "id, session_id, time, role, text, added"  # a StoredMessage's columns, in order
 
 
 class SQLiteStore:
@@ -117,22 +126,25 @@ class SQLiteStore:
                 (claim.tenant, claim.user),
             )
 
-    def snapshot(self, tenant: str, user: str) -> Snapshot:
+    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
         with self._lock, _transaction(self._conn, "BEGIN") as conn:
             rows = conn.execute(
-                "SELECT id, session_id, time, role, text, added FROM messages "
-                "WHERE tenant = ? AND user_id = ? ORDER BY id",
-                (tenant, user),
+                f"SELECT {_MESSAGE} FROM messages WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id",
+                (tenant, user, after),
             ).fetchall()
             generation = _generation(conn, tenant, user)
-        return Snapshot(generation if rows else None, [StoredMessage(*row) for row in rows])
+        return Snapshot(generation if rows or after else None, [StoredMessage(*row) for row in rows])
 
     def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         with self._lock:
             found = {user: _generation(self._conn, *user) for user in users}
         return {user: g for user, g in found.items() if g is not None}
 
-    def forget(self, tenant: str, user: str, ids: Sequence[int] | None = None) -> int:
+    def forget(
+        self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
+    ) -> int:
+        """The user's derived data is the agent's user folder, not this file: `vector_keys` is called
+        with the deleted messages so that the caller can trim that folder."""
         with self._lock:
             with _transaction(self._conn) as conn:
                 if ids is None:
@@ -140,27 +152,31 @@ class SQLiteStore:
                         "DELETE FROM messages WHERE tenant = ? AND user_id = ?", (tenant, user)
                     ).rowcount
                 else:
-                    deleted = self._delete_ids(conn, tenant, user, sorted(set(ids)))
+                    gone = self._delete_ids(conn, tenant, user, sorted(set(ids)))
+                    deleted = len(gone)
+                    if vector_keys is not None:
+                        vector_keys(user, gone)
                 _renew_generation(conn, tenant, user)
             self._truncate_wal()
         return deleted
 
-    def purge(self, tenant: str, before: float) -> dict[str, int]:
+    def purge(self, tenant: str, before: float, vector_keys: VectorKeys | None = None) -> dict[str, int]:
         with self._lock:
             with _transaction(self._conn) as conn:
-                counts = dict(
-                    conn.execute(
-                        "SELECT user_id, COUNT(*) FROM messages WHERE tenant = ? AND added < ? "
-                        "GROUP BY user_id",
-                        (tenant, before),
-                    )
-                )
+                gone: dict[str, list[StoredMessage]] = {}
+                for user, *row in conn.execute(
+                    f"SELECT user_id, {_MESSAGE} FROM messages WHERE tenant = ? AND added < ? ORDER BY id",
+                    (tenant, before),
+                ).fetchall():
+                    gone.setdefault(user, []).append(StoredMessage(*row))
                 conn.execute("DELETE FROM messages WHERE tenant = ? AND added < ?", (tenant, before))
-                for user in counts:
+                for user, messages in gone.items():
+                    if vector_keys is not None:
+                        vector_keys(user, messages)
                     _renew_generation(conn, tenant, user)
-            if counts:
+            if gone:
                 self._truncate_wal()
-        return counts
+        return {user: len(messages) for user, messages in gone.items()}
 
     def maintain(self) -> None:
         """Nothing to do: secure_delete and the truncated WAL already leave no deleted text in the files."""
@@ -172,26 +188,26 @@ class SQLiteStore:
         with self._lock:
             self._conn.close()
 
-    def _delete_ids(self, conn: sqlite3.Connection, tenant: str, user: str, ids: list[int]) -> int:
-        mine = set()
+    def _delete_ids(
+        self, conn: sqlite3.Connection, tenant: str, user: str, ids: list[int]
+    ) -> list[StoredMessage]:
+        """Delete the user's messages `ids` (all of them, or UnknownMessages); the deleted messages."""
+        mine = []
         for start in range(0, len(ids), _SQL_VARS):
             chunk = ids[start : start + _SQL_VARS]
             marks = ",".join("?" * len(chunk))
-            mine.update(
-                row[0]
-                for row in conn.execute(
-                    f"SELECT id FROM messages WHERE tenant = ? AND user_id = ? AND id IN ({marks})",
-                    [tenant, user, *chunk],
-                )
-            )
-        missing = [i for i in ids if i not in mine]
+            mine += conn.execute(
+                f"SELECT {_MESSAGE} FROM messages WHERE tenant = ? AND user_id = ? AND id IN ({marks})",
+                [tenant, user, *chunk],
+            ).fetchall()
+        missing = sorted(set(ids) - {row[0] for row in mine})
         if missing:
             raise UnknownMessages(missing)
         for start in range(0, len(ids), _SQL_VARS):
             chunk = ids[start : start + _SQL_VARS]
             marks = ",".join("?" * len(chunk))
             conn.execute(f"DELETE FROM messages WHERE tenant = ? AND id IN ({marks})", [tenant, *chunk])
-        return len(ids)
+        return [StoredMessage(*row) for row in mine]
 
     def _truncate_wal(self) -> None:
         """Move the WAL into the file and cut it to zero bytes; another process reading the file can hold

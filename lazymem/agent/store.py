@@ -10,11 +10,16 @@ tenant's ids say nothing about other tenants. Every add marks its user `pending`
 indexer has embedded the new messages (`claim_pending` / `finish`). A user's `generation` changes whenever
 any of their messages is deleted; whatever a process derived from the user's messages (indexes in memory,
 caches) is tagged with the generation it was built at and is never used under another one.
+
+A deletion that leaves a user some messages keeps the vectors of those messages: the caller passes
+`vector_keys`, which names the embedding-cache keys of the deleted messages (`Retriever.vector_keys`), and
+only those are dropped with the rest of the derived data. Re-embedding a 100,000-message user because one
+message was forgotten would take half an hour on two cores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +28,10 @@ from lazymem.retrieval.base import UserStorage
 
 # Ids are signed 64-bit integers in both stores.
 MAX_ID = 2**63 - 1
+
+# Called by a deletion with a user and the messages it deletes (in its transaction): the keys, by model
+# identity, of the vectors derived from them in the user's embedding cache; None when they cannot be named.
+VectorKeys = Callable[[str, Sequence["StoredMessage"]], Mapping[str, Collection[str]] | None]
 
 
 class UnknownUser(KeyError):
@@ -103,22 +112,31 @@ class Store(Protocol):
         the user is not stored again: its id is the stored one's."""
         ...
 
-    def snapshot(self, tenant: str, user: str) -> Snapshot:
-        """The user's messages and generation, read together (one transaction)."""
+    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
+        """The user's messages with an id above `after` (by default all) and the user's generation, read
+        together (one transaction). A tenant's ids grow in the order its adds commit, so a reader that
+        holds a user's messages up to id N at generation G has them all after reading `after=N`, as long
+        as the generation is still G (deletions change it)."""
         ...
 
     def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The current generation of each of `users` that has messages."""
         ...
 
-    def forget(self, tenant: str, user: str, ids: Sequence[int] | None = None) -> int:
+    def forget(
+        self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
+    ) -> int:
         """Delete the given messages (all of them, or UnknownMessages), or every message of the user,
-        with the derived data the store holds for the user; the user's generation changes."""
+        with the derived data the store holds for the user; the user's generation changes. With
+        `vector_keys`, deleting some of a user's messages keeps the vectors of the others (see above)."""
         ...
 
-    def purge(self, tenant: str, before: float) -> dict[str, int] | None:
+    def purge(
+        self, tenant: str, before: float, vector_keys: VectorKeys | None = None
+    ) -> dict[str, int] | None:
         """Delete the tenant's messages added before `before` (unix time); deletions per user. None when
-        another process holds the purge (a server database runs one purge at a time)."""
+        another process holds the purge (a server database runs one purge at a time). `vector_keys`: as
+        for `forget`, called with each user's deleted messages."""
         ...
 
     def maintain(self) -> None:

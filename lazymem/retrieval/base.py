@@ -6,8 +6,9 @@ that what BM25, the bi-encoder and the reranker read can be tuned separately (e.
 
 from __future__ import annotations
 
+import shutil
 import string
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -67,7 +68,8 @@ class Index(Protocol):
 class UserStorage:
     """Where one user's derived data lives (lazymem.agent gives every user one). A retriever that derives
     data from a user's messages keeps it here and nowhere else: files in `dir`, a folder of the user's own
-    that a forget or a retention purge deletes whole, and vectors in :meth:`embedding_cache`.
+    that a forget or a retention purge deletes, and vectors in :meth:`embedding_cache`. A deletion that
+    leaves the user messages keeps their vectors (:meth:`keep_vectors`); every other file goes.
 
     With a server database (agent.store.kind=postgres) the agent passes a subclass whose embedding cache
     is rows of that database, shared by every replica and deleted in the forget's own transaction; `dir`
@@ -79,6 +81,24 @@ class UserStorage:
     def embedding_cache(self) -> EmbeddingCache:
         """The user's vectors by (model identity, text key): `get`, `put`, `close` as EmbeddingCache."""
         return EmbeddingCache(self.dir)
+
+    def keep_vectors(self, dropped: Mapping[str, Collection[str]]) -> None:
+        """After some of the user's messages were deleted (nothing of the user is open): delete every file
+        in `dir` but the embedding cache, and from the cache the vectors of the models not in `dropped`
+        and the keys it names (`Retriever.vector_keys` of the deleted messages)."""
+        cache = self.embedding_cache()
+        try:
+            cache.keep_only(dropped)
+        finally:
+            cache.close()
+        kept = {cache.path.name, f"{cache.path.name}-wal", f"{cache.path.name}-shm"}
+        for entry in self.dir.iterdir():
+            if entry.name in kept:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 class Retriever:
@@ -97,6 +117,12 @@ class Retriever:
         that user's messages goes to `storage`. The default shares this object (nothing is derived)."""
         return self
 
+    def extend(self, index: Index, messages: Sequence[Message]) -> Index | None:
+        """The index of the messages `index` was built on followed by `messages` (their `idx` continue
+        the list), built from `index` instead of from scratch; None when this retriever cannot (the
+        default), and the caller builds anew. The agent memory's query after an add takes this path."""
+        return None
+
     def close(self) -> None:
         """Release what :meth:`for_user` opened (files, connections)."""
 
@@ -105,6 +131,14 @@ class Retriever:
         per-user cache), without building an index; how many texts that took. The agent memory calls it
         soon after messages are added, so a user's first query does not pay for them. Default: nothing."""
         return 0
+
+    def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None:
+        """The keys, by model identity, under which the per-user form stores vectors of these messages in
+        the user's embedding cache. When some of a user's messages are deleted, the agent memory drops
+        exactly these and keeps the user's other vectors of the models named; every other derived item
+        goes. None: the keys cannot be named (everything goes). Default: {} (it stores no vectors, so
+        none is kept)."""
+        return {}
 
     def problems(self, where: str) -> list[str]:
         """What is missing before it can run (`where`: its config key), each with its fix; [] if nothing."""
@@ -133,13 +167,17 @@ class Reranker:
 
 def check_template(template: str) -> str:
     """Fail at config time, not mid-run, on a template naming an unknown field."""
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    unknown = names - set(TEMPLATE_FIELDS)
+    unknown = template_fields(template) - set(TEMPLATE_FIELDS)
     if unknown:
         raise ValueError(
             f"template {template!r} uses unknown field(s) {sorted(unknown)}; allowed: {list(TEMPLATE_FIELDS)}"
         )
     return template
+
+
+def template_fields(template: str) -> set[str]:
+    """The message fields a template uses."""
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
 
 
 def render(message: Message, template: str) -> str:

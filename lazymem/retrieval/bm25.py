@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -84,6 +85,7 @@ class BM25Index:
     ):
         self.tokenizer = tokenizer
         self.backend = backend
+        self.docs = docs  # kept for `BM25Retriever.extend`
         self.size = len(docs)
         self._engine = None
         if not any(docs):  # empty history, or nothing left after stopwords: every score is 0
@@ -141,5 +143,14 @@ class BM25Retriever(Retriever):
         self.tokenizer = Tokenizer(lowercase, stopwords, stemmer, token_pattern)
 
     def build(self, messages: Sequence[Message]) -> BM25Index:
-        docs = [self.tokenizer(render(m, self.template)) for m in messages]
+        return BM25Index(self._docs(messages), self.tokenizer, self.backend, self.k1, self.b, self.method)
+
+    def extend(self, index: BM25Index, messages: Sequence[Message]) -> BM25Index:
+        """Scores depend on every document (idf, mean length), so the engine is built anew, but from the
+        tokens the index kept: at 100,000 messages, tokenizing was about half of a 5 s build."""
+        docs = index.docs + self._docs(messages)
         return BM25Index(docs, self.tokenizer, self.backend, self.k1, self.b, self.method)
+
+    def _docs(self, messages: Sequence[Message]) -> list[list[str]]:
+        # interned: the index keeps its documents' tokens, and a word stored once is 8 bytes per use
+        return [list(map(sys.intern, self.tokenizer(render(m, self.template)))) for m in messages]

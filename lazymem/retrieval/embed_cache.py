@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +104,28 @@ class EmbeddingCache:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    def keep_only(self, dropped: Mapping[str, Collection[str]]) -> None:
+        """Delete the vectors of every model not in `dropped`, and the keys `dropped` names of the others
+        (what was derived from deleted messages), leaving no copy in the file: deleted pages are zeroed
+        (secure_delete) and the WAL is checkpointed and truncated."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                models = sorted(dropped)
+                marks = ",".join("?" * len(models))
+                conn.execute(f"DELETE FROM embeddings WHERE model NOT IN ({marks})", models)
+                conn.executemany(
+                    "DELETE FROM embeddings WHERE model = ? AND key = ?",
+                    [(model, key) for model in models for key in dropped[model]],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count(self, model: str | None = None) -> int:
         with self._lock:

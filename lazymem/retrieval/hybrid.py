@@ -13,12 +13,13 @@ skipped and its own scores are kept.
 from __future__ import annotations
 
 import hashlib
+import operator
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from lazymem.data.schema import History
+from lazymem.data.schema import History, Message
 from lazymem.retrieval.base import Index, Ranking, Reranker, Retriever, SearchResult, UserStorage
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.fusion import RRF
@@ -31,6 +32,11 @@ def fingerprint(history: History) -> str:
     for m in history.messages:
         h.update(f"{m.idx}\x1f{m.session_id}\x1f{m.time}\x1f{m.role}\x1f{m.text}\x1e".encode())
     return h.hexdigest()
+
+
+def _extends(old: Sequence[Message], new: Sequence[Message]) -> bool:
+    """Whether `new` is `old` (the very same message objects, in order) followed by more messages."""
+    return len(new) > len(old) and all(map(operator.is_, old, new))
 
 
 class HistoryIndex:
@@ -157,6 +163,17 @@ class HybridRetriever:
         """Each retriever's `warm` (the dense retriever embeds into the per-user cache)."""
         return sum(r.warm(messages) for r in self.retrievers.values())
 
+    def vector_keys(self, messages) -> dict[str, set[str]] | None:
+        """Its retrievers' keys, merged by model (None if any one cannot name its keys)."""
+        merged: dict[str, set[str]] = {}
+        for r in self.retrievers.values():
+            keys = r.vector_keys(messages)
+            if keys is None:
+                return None
+            for model, found in keys.items():
+                merged.setdefault(model, set()).update(found)
+        return merged
+
     def problems(self, where: str = "retrieval") -> list[str]:
         """What its retrievers and reranker miss before they can run, each with its config key."""
         found = [p for name, r in self.retrievers.items() for p in r.problems(f"{where}.retrievers.{name}")]
@@ -172,10 +189,15 @@ class HybridRetriever:
         if hit is not None and hit[0] == key:
             self._cache.move_to_end(history.id)
             return hit[1]
+        # The agent memory's next query after an add: the same messages (the same objects) plus new ones.
+        earlier = hit[1] if hit is not None and _extends(hit[1].messages, history.messages) else None
         indexes, build_timings = {}, {}
         for name, retriever in self.retrievers.items():
             t0 = time.perf_counter()
-            indexes[name] = retriever.build(history.messages)
+            grown = None
+            if earlier is not None:
+                grown = retriever.extend(earlier.indexes[name], history.messages[len(earlier.messages) :])
+            indexes[name] = grown if grown is not None else retriever.build(history.messages)
             build_timings[name] = time.perf_counter() - t0
         built = HistoryIndex(history, indexes, build_timings, self)
         self.builds += 1

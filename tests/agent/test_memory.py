@@ -7,10 +7,12 @@ import asyncio
 import os
 
 import httpx
+import psycopg
 import pytest
 
 from lazymem.agent.memory import BadInput
 from lazymem.agent.store import UnknownUser
+from lazymem.retrieval.embed_cache import EmbeddingCache
 
 from agent_helpers import Service, files_containing
 from helpers import EXTENSION
@@ -62,9 +64,12 @@ def test_sync_and_async_forms(tmp_path):
             return await memory.aforget("kim", [ids[1]])
 
         assert asyncio.run(async_form()) == 1
-        assert not user_dirs[0].exists()  # derived data goes with a forget, rebuilt by the next query
+        cache = EmbeddingCache(user_dirs[0])  # the forgotten message's vector went; the others stay
+        assert cache.count() == 2
+        cache.close()
         assert "ski" in memory.query("kim", "What do I do in winter?").text
         assert memory.forget("kim") == 2
+        assert not user_dirs[0].exists()  # a forgotten user leaves no folder
         with pytest.raises(UnknownUser):
             memory.export("kim")
 
@@ -137,6 +142,34 @@ def test_added_messages_are_embedded_before_the_first_query(tmp_path):
         assert EmbeddingCache(user_dir).count() == 42
 
 
+def test_a_partial_forget_on_postgres_drops_the_forgotten_messages_vectors_and_keeps_the_rest(
+    tmp_path, pg_dsn
+):
+    """The keys the real dense retriever names for a deleted message are the ones its indexer stored:
+    exactly that vector goes, and the next query embeds nothing again."""
+    from lazymem import Memory
+
+    store = ["agent.store.kind=postgres", f"agent.store.dsn={pg_dsn}"]
+    overrides = ["method=rag", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}", *store]
+
+    def vectors() -> dict[str, float]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT key, created FROM derived WHERE kind = 'embedding'").fetchall()
+        return dict(rows)
+
+    with Memory.from_config(overrides) as memory:
+        texts = ["My bike is red.", "My locker code is 4711.", "I ski in winter."]
+        ids = memory.add("kim", [{"role": "user", "text": t} for t in texts])
+        memory.index_pending()
+        before = vectors()
+        assert len(before) == 3
+        memory.forget("kim", [ids[1]])
+        after = vectors()
+        assert len(after) == 2 and after.items() <= before.items()
+        assert "red" in memory.query("kim", "What colour is my bike?").text
+        assert vectors() == after  # nothing embedded again
+
+
 def test_open_users_are_bounded_by_the_messages_their_indexes_hold(tmp_path):
     from lazymem import Memory
 
@@ -156,3 +189,35 @@ def test_open_users_are_bounded_by_the_messages_their_indexes_hold(tmp_path):
         memory.query("cy", "notes?")  # over the bound alone: the queried user stays open
         assert [user for _, user in memory._users] == ["cy"]
         assert "ann note" in memory.query("ann", "notes?").text  # reopened when it comes back
+
+
+class SnapshotSpy:
+    """The store, with the `after` of every snapshot read recorded."""
+
+    def __init__(self, store):
+        self.store, self.reads = store, []
+
+    def snapshot(self, tenant, user, after=0):
+        self.reads.append(after)
+        return self.store.snapshot(tenant, user, after)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_query_reads_only_what_was_added_since_and_all_after_a_deletion_elsewhere(tmp_path):
+    from lazymem import Memory
+
+    overrides = ["method=rag", "method.top_k=5", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}"]
+    with Memory.from_config(overrides) as mine, Memory.from_config(overrides) as other:
+        mine.store = spy = SnapshotSpy(mine.store)
+        ids = mine.add("kim", [{"role": "user", "text": t} for t in ("My bike is red.", "I like tea.")])
+        assert "red" in mine.query("kim", "What colour is my bike?").text
+        assert spy.reads == [0]
+        new = mine.add("kim", [{"role": "user", "text": "My locker code is 4711."}])
+        assert "4711" in mine.query("kim", "What is my locker code?").text
+        assert spy.reads == [0, ids[-1]]  # only the new message was read
+        other.forget("kim", [new[0]])  # another process (a replica) deletes a message
+        recall = mine.query("kim", "What is my locker code?")
+        assert "4711" not in recall.text and [m["id"] for m in recall.messages] == ids
+        assert spy.reads == [0, ids[-1], new[0], 0]  # the generation moved: everything read again

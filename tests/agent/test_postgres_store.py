@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -51,6 +52,28 @@ def test_a_source_already_stored_is_not_stored_again(store):
     assert [m.text for m in store.snapshot("t", "u").messages] == ["ok", "ok", "fine"]
     twice = store.add("t", "u", [*new("again", source="f:9"), *new("again", source="f:9")])
     assert twice[0] == twice[1] and len(store.snapshot("t", "u").messages) == 4
+
+
+def test_concurrent_imports_of_one_source_by_two_replicas_store_each_line_once(store, pg_dsn):
+    """Two replicas resuming the same import at once: the tenant's id row serialises their batches, so the
+    second sees the first's sources instead of hitting the unique index."""
+    other = PostgresStore(pg_dsn, pool_size=4)
+    errors: list[BaseException] = []
+
+    def importer(s: PostgresStore) -> None:
+        try:
+            for b in range(10):
+                s.add("t", "u", [NewMessage("user", "ok", "t", "s", f"f:{b * 20 + i}") for i in range(20)])
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=importer, args=(s,)) for s in (store, other, store, other)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    other.close()
+    assert errors == []
+    messages = store.snapshot("t", "u").messages
+    assert len(messages) == 200 and len({m.id for m in messages}) == 200
 
 
 def test_purge_deletes_by_age_and_one_process_at_a_time(store, pg_dsn):
@@ -135,3 +158,51 @@ def test_pending_users_are_claimed_once_and_expired_claims_taken_over(store):
     store.add("t", "gone", new("4"))
     store.forget("t", "gone")  # a forgotten user is not pending
     assert store.claim_pending(lease_s=600) is None
+
+
+def _vectors(store: PostgresStore, user: str) -> dict[tuple[str, str], bytes]:
+    with store.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT model, key, value FROM derived WHERE user_id = %s AND kind = 'embedding'", (user,)
+        ).fetchall()
+    return {(model, key): bytes(value) for model, key, value in rows}
+
+
+def _keys_by_text(user: str, deleted) -> dict[str, set[str]]:
+    return {"enc": {f"key-of-{m.text}" for m in deleted}}  # as Retriever.vector_keys names them
+
+
+def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(store, pg_dsn):
+    store.add("t", "u", new("a", "b", "c"))
+    derived = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation)
+    cache = derived.storage.embedding_cache()
+    cache.put("enc", {f"key-of-{t}": np.full(4, i, dtype=np.float32) for i, t in enumerate("abc")})
+    cache.put("old-encoder", {"key-of-c": np.zeros(4, dtype=np.float32)})
+    derived.llm_cache().put("window", {"reply": "KEEP a"})
+    seen = []
+
+    def keys(user, deleted):
+        seen.append((user, [m.text for m in deleted]))
+        return _keys_by_text(user, deleted)
+
+    assert store.forget("t", "u", [1], vector_keys=keys) == 1
+    assert seen == [("u", ["a"])]
+    assert set(_vectors(store, "u")) == {("enc", "key-of-b"), ("enc", "key-of-c")}
+    with psycopg.connect(pg_dsn) as conn:  # the memory model's replies may quote any message: all go
+        assert conn.execute("SELECT COUNT(*) FROM derived WHERE kind <> 'embedding'").fetchone() == (0,)
+    # a new generation reads the kept vectors
+    after = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation)
+    assert set(after.storage.embedding_cache().get("enc", ["key-of-b", "key-of-a"])) == {"key-of-b"}
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE messages SET added = added - 1000 WHERE text = 'b'")
+    assert store.purge("t", before=_now() - 500, vector_keys=_keys_by_text) == {"u": 1}
+    assert set(_vectors(store, "u")) == {("enc", "key-of-c")}
+    assert store.forget("t", "u", [3], vector_keys=_keys_by_text) == 1  # the last message: all goes
+    assert _vectors(store, "u") == {}
+    store.add("t", "v", new("d"))
+    cache = store.derived("t", "v", _scratch(), store.snapshot("t", "v").generation).storage.embedding_cache()
+    cache.put("enc", {"key-of-d": np.ones(4, dtype=np.float32)})
+    store.add("t", "v", new("e"))
+    assert store.forget("t", "v", [5]) == 1  # no vector_keys: every derived row goes
+    assert _vectors(store, "v") == {}

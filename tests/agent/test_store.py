@@ -1,11 +1,11 @@
 """The storage contract (lazymem/agent/store.py): `agent.store` names the store, and a wrong name or a
-missing DSN fails with the key to set."""
+missing DSN fails with the key to set; what every store promises, tried on both."""
 
 from __future__ import annotations
 
 import pytest
 
-from lazymem.agent.store import open_store
+from lazymem.agent.store import NewMessage, Snapshot, open_store
 
 
 def test_open_store_names_its_kinds(tmp_path, pg_dsn):
@@ -17,3 +17,32 @@ def test_open_store_names_its_kinds(tmp_path, pg_dsn):
         open_store({"kind": "postgres", "dsn": None}, tmp_path)
     with pytest.raises(ValueError, match="expected sqlite or postgres"):
         open_store({"kind": "mongo"}, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_store(request, tmp_path):
+    cfg = {"kind": request.param}
+    if request.param == "postgres":
+        cfg["dsn"] = request.getfixturevalue("pg_dsn")
+    store = open_store(cfg, tmp_path)
+    yield store
+    store.close()
+
+
+def test_a_snapshot_after_an_id_reads_only_newer_messages_with_the_generation(any_store):
+    def new(*texts):
+        return [NewMessage("user", t, "t", "s") for t in texts]
+
+    ids = any_store.add("t", "u", new("a", "b"))
+    full = any_store.snapshot("t", "u")
+    assert [m.text for m in full.messages] == ["a", "b"]
+    none_new = any_store.snapshot("t", "u", after=ids[-1])
+    assert none_new == Snapshot(full.generation, [])  # nothing new, and still the same generation
+    any_store.add("t", "other", new("x"))  # another user's id in between
+    any_store.add("t", "u", new("c"))
+    assert [m.text for m in any_store.snapshot("t", "u", after=ids[-1]).messages] == ["c"]
+    any_store.forget("t", "u", [ids[0]])
+    assert any_store.snapshot("t", "u", after=ids[-1]).generation != full.generation  # a deletion shows
+    any_store.forget("t", "u")
+    assert any_store.snapshot("t", "u", after=ids[-1]) == Snapshot(None, [])
+    assert any_store.snapshot("t", "nobody", after=5) == Snapshot(None, [])

@@ -21,13 +21,13 @@ KEY = "replica-key-0123456789"
 @pytest.fixture
 def replicas(tmp_path, pg_dsn):
     keys = tmp_path / "keys.yaml"
-    keys.write_text(f"acme: {{keys: [{KEY}], retention_days: 3650}}\n")  # a purge round (and maintenance)
+    keys.write_text(f"acme: {{keys: [{KEY}]}}\n")  # no retention: maintenance runs all the same
     common = (
         "method=rag",
         f"serve.keys_file={keys}",
         "agent.store.kind=postgres",
         f"agent.store.dsn={pg_dsn}",
-        "serve.purge_every_s=0.5",
+        "serve.maintain_every_s=0.5",
         "serve.refresh_every_s=0.5",
         "agent.index_lease_s=5",  # a killed replica's indexing claim passes to the other within seconds
     )
@@ -82,7 +82,7 @@ def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgr
     assert two.post("/v1/users/cat/query", json={"question": "locker code?"}).status_code == 404
     assert files_containing(canary.encode(), tmp_path / "r1", tmp_path / "r2") == []
 
-    deadline = time.monotonic() + 60  # the next purge round runs the maintenance step
+    deadline = time.monotonic() + 60  # the next maintenance step rewrites the tables
     while postgres.files_containing(canary.encode()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert postgres.files_containing(canary.encode()) == []

@@ -122,6 +122,7 @@ def test_the_other_retriever_hooks_default_to_keeping_nothing(tmp_path):
     assert r.problems("retrieval.retrievers.mine") == []
     assert r.gpu_keys("retrieval.retrievers.mine") == []
     assert r.close() is None
+    assert r.vector_keys([MESSAGE]) == {}  # no vectors: a partial deletion keeps none
     assert not (tmp_path / "alice").exists()  # nothing was derived for the user
 
 
@@ -152,3 +153,24 @@ def test_user_storage_is_frozen(tmp_path):
     storage = UserStorage(tmp_path)
     with pytest.raises(AttributeError):
         storage.dir = tmp_path / "other"
+
+
+def test_keep_vectors_keeps_only_the_remaining_messages_vectors_and_no_other_file(tmp_path):
+    storage = UserStorage(tmp_path / "alice")
+    cache = storage.embedding_cache()
+    gone = np.full(8, 7.25, dtype=np.float32)  # a byte pattern to look for in the file afterwards
+    cache.put("enc", {"kept": np.ones(8, dtype=np.float32), "gone": gone})
+    cache.put("old-encoder", {"kept": np.zeros(8, dtype=np.float32)})
+    cache.close()
+    (tmp_path / "alice" / "llm.sqlite").write_bytes(b"a reply about the forgotten text")
+    (tmp_path / "alice" / "bm25").mkdir()
+    (tmp_path / "alice" / "bm25" / "index").write_text("terms")
+
+    storage.keep_vectors({"enc": {"gone"}})
+
+    assert sorted(p.name for p in (tmp_path / "alice").iterdir()) == ["embeddings.sqlite"]
+    again = storage.embedding_cache()
+    assert set(again.get("enc", ["kept", "gone"])) == {"kept"}
+    assert again.count("old-encoder") == 0  # a model the retrievers no longer name cannot be trimmed
+    again.close()
+    assert gone.tobytes() not in (tmp_path / "alice" / "embeddings.sqlite").read_bytes()

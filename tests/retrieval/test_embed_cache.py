@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from lazymem.data.schema import History, Message
+from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 from lazymem.retrieval.hybrid import HybridRetriever
@@ -218,3 +219,27 @@ def test_one_cache_serves_several_threads(tmp_path):
 def test_tiny_histories(tmp_path, n):
     index = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path)).build(history(n).messages)
     assert len(index.search("topic")) == n
+
+
+def test_dense_vector_keys_name_what_its_user_form_stored(tmp_path):
+    messages = history(3).messages
+    dense = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path / "shared"), template="{role}: {text}")
+    mine = dense.for_user(UserStorage(tmp_path / "alice"))
+    mine.warm(messages)
+    keys = dense.vector_keys(messages[:1])
+    assert set(keys) == {"fake-model"} and len(keys["fake-model"]) == 1
+    assert set(mine.cache.get("fake-model", list(keys["fake-model"]))) == keys["fake-model"]
+    mine.close()
+    assert DenseRetriever(CountingEncoder(), None).vector_keys(messages) == {}  # it stores nothing
+    by_position = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path / "p"), template="{idx} {text}")
+    assert by_position.vector_keys(messages) is None  # positions move when a message is deleted
+
+
+def test_hybrid_vector_keys_merge_by_model_and_none_wins(tmp_path):
+    messages = history(2).messages
+    a = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{text}")
+    b = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{role}: {text}")
+    merged = HybridRetriever({"a": a, "b": b}).vector_keys(messages)
+    assert set(merged) == {"fake-model"} and len(merged["fake-model"]) == 4
+    c = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{idx}: {text}")
+    assert HybridRetriever({"a": a, "c": c}).vector_keys(messages) is None

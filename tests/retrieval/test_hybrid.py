@@ -1,6 +1,7 @@
 """The hybrid pipeline: per-history index reuse, fusion -> rerank -> top n, timings, Message.idx."""
 
 import hashlib
+import operator
 
 import numpy as np
 import pytest
@@ -212,3 +213,25 @@ def test_parallel_retrievers_give_the_same_result_in_the_wall_time_of_the_slowes
     assert seq_threads == 1 and par_threads == 2
     assert seq.timings["total"] >= 0.6 and par.timings["total"] < 0.55  # total is wall-clock time
     assert min(par.timings["bm25"], par.timings["dense"]) >= 0.3  # each stage keeps its own time
+
+
+def test_an_index_grown_by_new_messages_equals_one_built_from_scratch(tmp_path):
+    """The agent memory's query after an add: the same message objects plus new ones. The dense index
+    stacks only the new vectors onto its rows; BM25 rebuilds its engine from the tokens it kept."""
+    grown_retriever = hybrid(tmp_path / "a")
+    first = history("u", TEXTS[:4])
+    before = grown_retriever.index(first)
+    more = History("u", [*first.messages, *history("u", TEXTS[4:], offset=4).messages])
+    grown = grown_retriever.index(more)
+    assert grown.indexes["dense"].embedded == 2  # only the new messages were read or encoded
+    np.testing.assert_array_equal(grown.indexes["dense"].matrix[:4], before.indexes["dense"].matrix)
+    assert all(map(operator.is_, grown.indexes["bm25"].docs[:4], before.indexes["bm25"].docs))
+    scratch = hybrid(tmp_path / "b").index(history("u"))
+    np.testing.assert_allclose(grown.indexes["dense"].matrix, scratch.indexes["dense"].matrix)
+    for query in ("Where did I move?", "a tabby cat", "data migration"):
+        assert grown.search(query).indices == scratch.search(query).indices
+    # equal texts in new objects are not a prefix the index can trust: built from scratch
+    cache = grown_retriever.retrievers["dense"].cache
+    hits = cache.hits
+    grown_retriever.index(history("u", [*TEXTS, "one more"]))
+    assert cache.hits - hits == 6  # every earlier vector read back
