@@ -8,24 +8,33 @@ Per run, on a fresh store in a temporary folder (or the database at --dsn, empti
 - indexing: the time from the last add until the user is fully indexed (`Memory.index_pending`, what the
   service's background indexer runs), and the embedding rate;
 - the first query after indexing (it still builds the in-memory indexes from the stored vectors), then
-  --queries warm queries: p50 / p95, with `method=rag` and with `method=extractive_gate`;
+  --queries warm queries: p50 / p95, with `method=rag` and with `method=extractive_gate`, and 10 queries
+  each right after an add of one message (an agent's turn: the indexes grow first);
+- the maintenance step after a forget (on PostgreSQL: VACUUM FULL and a checkpoint) and the database size;
+- with --mem0 N: Mem0 (mem0ai, embedded Qdrant, the same encoder, `infer=False`) on the first N messages:
+  adds per second (it embeds as it adds) and search p50 / p95 with the top 50;
 - resident memory of the process before the user is opened (after indexing) and after its first query
   (memory per open user);
 - for comparison, the first query of the same history without write-time indexing (what every query of a
   new user paid before): --cold.
 
 The history: the LongMemEval sample's and the synthetic generator's turns, cycled with a counter so that
-every text is distinct (each one is embedded; throughput needs no meaning). Prints a JSON line per figure
-and a table at the end; --out FILE keeps the JSON.
+every text is distinct (each one is embedded; throughput needs no meaning). Prints the figures as JSON;
+--out FILE keeps them, saved as the run goes, and --resume goes on from there after a kill (the adds from
+what is stored, the indexing from what is pending).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import json
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +59,11 @@ def turns(n: int) -> list[dict]:
 
 
 def rss_mb() -> float:
+    """Resident memory after a garbage collection, with freed heap pages handed back (glibc's malloc_trim):
+    what is held, not the high-water mark of a build's temporaries."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -77,47 +91,105 @@ def overrides(args, dir: Path, method: str) -> list[str]:
     return out
 
 
+class Figures(dict):
+    """The run's figures, saved to --out after every phase and, during a long phase, every 10 seconds with
+    the time spent so far: a run killed and started again with --resume goes on where it stopped."""
+
+    def __init__(self, out: Path | None, resume: bool, **start):
+        super().__init__(json.loads(out.read_text()) if resume and out and out.exists() else start)
+        self.out = out
+
+    def save(self) -> None:
+        if self.out:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.out.write_text(json.dumps(self, indent=1))
+
+    def timed(self, name: str, work) -> float:
+        """Run `work`, adding its seconds to `name_s` (kept across resumed runs)."""
+        earlier = self.get(f"{name}_s_so_far", 0.0)
+        t0 = time.perf_counter()
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(10):
+                self[f"{name}_s_so_far"] = earlier + time.perf_counter() - t0
+                self.save()
+
+        threading.Thread(target=beat, daemon=True).start()
+        try:
+            work()
+        finally:
+            stop.set()
+        self[f"{name}_s"] = earlier + time.perf_counter() - t0
+        self.pop(f"{name}_s_so_far", None)
+        self.save()
+        return self[f"{name}_s"]
+
+
+def query_times(memory, user: str, n: int) -> dict:
+    times = []
+    for k in range(n):
+        t0 = time.perf_counter()
+        memory.query(user, QUESTIONS[k % len(QUESTIONS)])
+        times.append(time.perf_counter() - t0)
+    return percentiles(times)
+
+
 def run(args) -> dict:
     from lazymem import Memory
 
     history = turns(args.messages)
-    figures: dict = {"store": args.store, "messages": args.messages}
-    tmp = Path(tempfile.mkdtemp(prefix="lazymem-scale-"))
+    figures = Figures(args.out, args.resume, store=args.store, messages=args.messages)
+    tmp = args.dir or Path(tempfile.mkdtemp(prefix="lazymem-scale-"))
     try:
-        if args.store == "postgres":
+        if args.store == "postgres" and not args.resume:
             empty_database(args.dsn)
+        if args.store == "postgres" and args.resume:
+            release_claims(args.dsn)  # the killed run's claim would otherwise wait out its lease
         with Memory.from_config(overrides(args, tmp / "a", "rag")) as memory:
             memory.add("warm-up", history[:5])  # loads the encoder and reranker before anything is timed
             memory.query("warm-up", QUESTIONS[0])
-            t0 = time.perf_counter()
-            for start in range(0, len(history), args.batch):
-                memory.add("big", history[start : start + args.batch])
-            add_s = time.perf_counter() - t0
-            figures["add_msgs_per_s"] = len(history) / add_s
-            t0 = time.perf_counter()
-            memory.index_pending()
-            index_s = time.perf_counter() - t0
-            figures |= {"index_s": index_s, "embedded_per_s": len(history) / index_s}
+            if "add_s" not in figures:
+                stored = stored_count(memory, "big")  # batches are whole: a resumed run goes on from here
+
+                def add() -> None:
+                    for start in range(stored, len(history), args.batch):
+                        memory.add("big", history[start : start + args.batch])
+
+                figures["add_msgs_per_s"] = len(history) / figures.timed("add", add)
+            if "index_s" not in figures:
+                index_s = figures.timed("index", memory.index_pending)
+                figures["embedded_per_s"] = len(history) / index_s
             before = rss_mb()  # models loaded, vectors stored, no index built yet: what grows
             # from here is the user's indexes
             t0 = time.perf_counter()
             memory.query("big", QUESTIONS[0])
             figures["first_query_after_index_s"] = time.perf_counter() - t0
+            figures["rag"] = query_times(memory, "big", args.queries)
+            figures["rss_per_open_user_mb"] = rss_mb() - before
             times = []
-            for k in range(args.queries):
+            for k in range(10):  # an agent's turn: add a message, then query (its indexes grow)
+                memory.add("big", [{"role": "user", "text": f"A new note, number {k}, about my garden."}])
                 t0 = time.perf_counter()
                 memory.query("big", QUESTIONS[k % len(QUESTIONS)])
                 times.append(time.perf_counter() - t0)
-            figures["rag"] = percentiles(times)
-            figures["rss_per_open_user_mb"] = rss_mb() - before
+            figures["rag_after_add"] = percentiles(times)
+            figures.save()
+            # the maintenance step after a forget (on PostgreSQL: VACUUM FULL of the tables, a checkpoint)
+            memory.forget("warm-up")
+            t0 = time.perf_counter()
+            memory.maintain()
+            figures["maintain_s"] = time.perf_counter() - t0
+            if args.store == "postgres":
+                figures["database_mb"] = database_mb(args.dsn)
+            figures.save()
         with Memory.from_config(overrides(args, tmp / "a", "extractive_gate")) as memory:
             memory.query("big", QUESTIONS[0])  # a new Memory: indexes rebuilt from the stored vectors
-            times = []
-            for k in range(args.queries):
-                t0 = time.perf_counter()
-                memory.query("big", QUESTIONS[k % len(QUESTIONS)])
-                times.append(time.perf_counter() - t0)
-            figures["extractive_gate"] = percentiles(times)
+            figures["extractive_gate"] = query_times(memory, "big", args.queries)
+            figures.save()
+            if args.mem0:
+                figures["mem0"] = mem0_figures(memory, history[: args.mem0], tmp / "mem0", args)
+                figures.save()
         if args.cold:
             if args.store == "postgres":
                 empty_database(args.dsn)
@@ -127,9 +199,67 @@ def run(args) -> dict:
                 t0 = time.perf_counter()
                 memory.query("cold", QUESTIONS[0])
                 figures["first_query_without_indexing_s"] = time.perf_counter() - t0
+                figures.save()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return figures
+
+
+def mem0_figures(memory, history: list[dict], dir: Path, args) -> dict:
+    """Mem0 (mem0ai) on the same messages: embedded Qdrant, the same dense encoder (lazymem's Mem0 adapter),
+    every message stored as it is (`infer=False`: no LLM), then `search` with the top 50. The adds are in
+    batches of --batch messages, one `Memory.add` each, as ours."""
+    from lazymem.methods.mem0_store import DenseEmbedder, StoreSpec, close_memory, import_mem0, open_memory
+
+    main = import_mem0(dir / "home")
+    spec = StoreSpec(dir, None, args.batch, None, {})
+    m0 = open_memory(main, dir, spec, "scale", llm=None, embedder=DenseEmbedder(memory.retriever.dense()))
+    try:
+        t0 = time.perf_counter()
+        for start in range(0, len(history), args.batch):
+            batch = [{"role": m["role"], "content": m["text"]} for m in history[start : start + args.batch]]
+            m0.add(batch, user_id="big", infer=False)
+        add_s = time.perf_counter() - t0
+        stored = len(m0.get_all(filters={"user_id": "big"}, top_k=len(history) + 1)["results"])
+        times = []
+        for k in range(args.queries):
+            t0 = time.perf_counter()
+            m0.search(QUESTIONS[k % len(QUESTIONS)], top_k=50, threshold=0.0, filters={"user_id": "big"})
+            times.append(time.perf_counter() - t0)
+    finally:
+        close_memory(m0)
+    return {
+        "messages": len(history),
+        "stored": stored,
+        "add_s": add_s,
+        "add_msgs_per_s": len(history) / add_s,
+        "search": percentiles(times),
+    }
+
+
+def stored_count(memory, user: str) -> int:
+    from lazymem.agent.store import UnknownUser
+
+    try:
+        return len(memory.export(user))
+    except UnknownUser:
+        return 0
+
+
+def release_claims(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('pending')").fetchone()[0]:
+            conn.execute("UPDATE pending SET claimed_until = 0")
+
+
+def database_mb(dsn: str) -> float:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20
 
 
 def main() -> None:
@@ -140,15 +270,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--cold", action="store_true", help="also time a first query without indexing")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="the figures as JSON, saved as the run goes")
+    parser.add_argument("--dir", type=Path, help="the Memory folder (kept; default: a temporary one)")
+    parser.add_argument(
+        "--resume", action="store_true", help="go on from --out and the kept store (--dir, or the database)"
+    )
+    parser.add_argument("--mem0", type=int, default=0, help="also time Mem0 on the first N messages")
     args = parser.parse_args()
     if args.store == "postgres" and not args.dsn:
         parser.error("--store postgres needs --dsn")
-    figures = run(args)
-    print(json.dumps(figures, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=1))
+    if args.resume and not (args.out and (args.store == "postgres" or args.dir)):
+        parser.error("--resume needs --out, and --dir with --store sqlite")
+    print(json.dumps(run(args), indent=1))
 
 
 if __name__ == "__main__":
