@@ -9,11 +9,13 @@ retry) calls :func:`check`, so the run stops even if some library swallowed the 
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: int | None = None
 _hooks: list[Callable[[], None]] = []
@@ -47,10 +49,15 @@ def check() -> None:
 
 
 def _on_signal(signum: int, frame) -> None:
+    """Every hook runs even if one raises (a server that will not stop must not keep the others up); the
+    run still ends as interrupted, with the shell's exit code, and the hook's error is logged."""
     global _received
     _received = signum
     for hook in list(_hooks):
-        hook()
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - logged; the remaining hooks and the interrupt go on
+            log.exception("a stop hook failed while handling %s", signal.Signals(signum).name)
     raise Interrupted(signum)
 
 

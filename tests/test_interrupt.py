@@ -41,6 +41,20 @@ def test_a_signal_inside_handling_runs_the_hooks_and_raises_interrupted(sig, nam
     assert err.value.signum == sig and err.value.name == name and err.value.exit_code == code
 
 
+def test_a_hook_that_raises_neither_skips_the_others_nor_loses_the_interrupt(caplog):
+    calls = []
+
+    def broken():
+        raise RuntimeError("server would not stop")
+
+    interrupt.on_signal(broken)
+    interrupt.on_signal(lambda: calls.append("flushed"))
+    with pytest.raises(interrupt.Interrupted) as err, interrupt.handling():
+        signal.raise_signal(signal.SIGTERM)
+    assert calls == ["flushed"] and err.value.exit_code == 143
+    assert "a stop hook failed while handling SIGTERM" in caplog.text
+
+
 def test_a_hook_registered_twice_runs_once_per_signal():
     calls = []
 

@@ -79,6 +79,10 @@ def select_split(ds: Dataset, name: str, split_file: str | None, fractions, seed
             raise DataError(path, None, None, "no such split file (make one with task=split)") from None
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise DataError(path, None, name, f"not a split file with a '{name}' list ({e})") from None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            # a string would be read character by character, a number would fail below with a TypeError
+            found = type(ids).__name__
+            raise DataError(path, None, name, f"not a split file with a '{name}' list (found a {found})")
         known = {q.id for q in ds.questions}
         missing = [i for i in ids if i not in known]
         if missing:

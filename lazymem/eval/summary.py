@@ -123,6 +123,8 @@ def check(s, where) -> Summary:
         ]
         if absent:
             fail(f"benchmark {name!r} has no {', '.join(repr(k) for k in absent)}")
+        if not isinstance(bench["methods"], dict):
+            fail(f"benchmark {name!r}: 'methods' must be an object of method summaries")
         if not all(isinstance(m, dict) for m in bench["methods"].values()):
             fail(f"benchmark {name!r}: every method's summary must be an object")
     unknown = sorted(set(s["tables"]) - set(TABLES))
@@ -140,6 +142,6 @@ def read_summary(run_dir: Path) -> Summary:
         raise SummaryError(
             f"{path}: no such file (the run did not finish, or is not a lazymem run)"
         ) from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SummaryError(f"{path}: unreadable: {e}") from None
     return check(data, path)

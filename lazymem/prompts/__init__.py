@@ -44,7 +44,13 @@ def load(name_or_path: str) -> Template:
 
 
 def load_json(name_or_path: str) -> dict:
+    """A bundled JSON resource by name or any JSON file by path; a missing one says where it looked."""
     path = Path(name_or_path)
     if not path.suffix:
         path = BUNDLED / f"{name_or_path}.json"
+    if not path.is_file():
+        bundled = sorted(p.stem for p in BUNDLED.glob("*.json"))
+        raise FileNotFoundError(
+            f"prompt resource {name_or_path!r} not found (looked for {path}; bundled: {bundled})"
+        )
     return json.loads(path.read_text())

@@ -129,8 +129,15 @@ def test_missing_split_file_says_how_to_make_one(tmp_path):
 
 @pytest.mark.parametrize(
     "text",
-    ["not json at all", json.dumps({"train": [], "test": []}), json.dumps([["syn000"]])],
-    ids=["not-json", "no-val-list", "a-json-list"],
+    [
+        "not json at all",
+        json.dumps({"train": [], "test": []}),
+        json.dumps([["syn000"]]),
+        json.dumps({"val": 5}),
+        json.dumps({"val": "syn000"}),
+        json.dumps({"val": [1, 2]}),
+    ],
+    ids=["not-json", "no-val-list", "a-json-list", "a-number", "a-string", "not-ids"],
 )
 def test_malformed_split_file_names_the_file_and_the_split(tmp_path, text):
     path = tmp_path / "split.json"

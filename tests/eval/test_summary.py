@@ -61,6 +61,12 @@ def test_read_summary_of_broken_json_is_unreadable(tmp_path):
         read_summary(tmp_path)
 
 
+def test_read_summary_of_a_file_that_is_not_utf8_is_unreadable(tmp_path):
+    (tmp_path / FILE).write_bytes(b'{"task": "\xff\xfe"}')
+    with pytest.raises(SummaryError, match=rf"^{re.escape(str(tmp_path / FILE))}: unreadable: "):
+        read_summary(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
@@ -95,6 +101,15 @@ def test_read_summary_of_broken_json_is_unreadable(tmp_path):
         (
             {
                 "task": "t",
+                "benchmarks": {"lme": {**bench(rag={"accuracy": 1.0}), "methods": ["rag"]}},
+                "llm": {},
+                "tables": {},
+            },
+            "benchmark 'lme': 'methods' must be an object of method summaries",
+        ),
+        (
+            {
+                "task": "t",
                 "benchmarks": {},
                 "llm": {},
                 "tables": {"perturbation": {}, "table5": {}, "fig2": {}},
@@ -111,6 +126,7 @@ def test_read_summary_of_broken_json_is_unreadable(tmp_path):
         "bench-keys",
         "bench-str",
         "method-not-object",
+        "methods-list",
         "unknown-tables",
     ],
 )

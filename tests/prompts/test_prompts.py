@@ -120,6 +120,8 @@ def test_json_rules_load_by_name_or_path(tmp_path):
     assert load_json(str(path)) == {"default": "say yes"}
 
 
-def test_unknown_json_rules_raise_file_not_found():
-    with pytest.raises(FileNotFoundError, match="no_such_rules.json"):
+def test_unknown_json_rules_say_where_they_looked_and_what_is_bundled():
+    with pytest.raises(FileNotFoundError, match="no_such_rules.json") as err:
         load_json("no_such_rules")
+    assert str(err.value).startswith("prompt resource 'no_such_rules' not found (looked for ")
+    assert "judge_longmemeval_rules" in str(err.value)  # the names one could have meant
