@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from bench_agent_scale import empty_database
 from bench_service import KEY, TOPICS, failures, message, phase, start
 
 
@@ -49,14 +50,6 @@ def pending_users(dsn: str) -> int:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute("SELECT COUNT(*) FROM pending").fetchone()[0]
-
-
-def empty_database(dsn: str) -> None:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
 
 
 def stats(latencies: list[float]) -> dict:

@@ -103,9 +103,7 @@ class _UserState:
     def extend(self, new: Sequence[StoredMessage]) -> None:
         start = len(self.stored)
         self.stored.extend(new)
-        self.history.extend(
-            Message(start + i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(new)
-        )
+        self.history.extend(_as_message(i, m) for i, m in enumerate(new, start))
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -496,7 +494,7 @@ class Memory:
             return None
 
         def keys(user_id: str, deleted: Sequence[StoredMessage]) -> Mapping | None:
-            messages = [Message(i, m.session_id, m.time, m.role, m.text) for i, m in enumerate(deleted)]
+            messages = [_as_message(i, m) for i, m in enumerate(deleted)]
             into[user_id] = self.retriever.vector_keys(messages)
             return into[user_id]
 
@@ -532,6 +530,12 @@ def compose(overrides: Sequence[str] = ()):
         overrides.insert(0, "+agent=default")
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return hydra_compose("config", overrides=overrides)
+
+
+def _as_message(idx: int, m: StoredMessage) -> Message:
+    """A stored message as retrieval's record at position `idx`: what is indexed and what a deletion names
+    the vectors of are made the same way."""
+    return Message(idx, m.session_id, m.time, m.role, m.text)
 
 
 def _now() -> str:

@@ -29,6 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from lazymem.agent.derived_rows import EMBEDDING, DerivedRows, RowsLLMCache, RowsUserStorage
 from lazymem.agent.store import (
+    MESSAGE_COLUMNS,
     Claim,
     Derived,
     NewMessage,
@@ -80,8 +81,6 @@ MIGRATIONS: list[list[str]] = [
 VERSION = len(MIGRATIONS)
 # Advisory lock keys (any constants unique within the database).
 _MIGRATE_LOCK, _PURGE_LOCK, _MAINTAIN_LOCK = 72_001, 72_002, 72_003
-# The columns of a StoredMessage, in order
-_MESSAGE = "id, session_id, time, role, text, added"
 # The tables a maintenance step rewrites: every one that holds message text or what is derived from it.
 _TEXT_TABLES = ("messages", "derived", "generations", "pending")
 
@@ -212,7 +211,7 @@ class PostgresStore:
             if missing:
                 raise UnknownMessages(missing)  # the connection's context rolls back
             rows = conn.execute(
-                f"DELETE FROM messages WHERE tenant = %s AND id = ANY(%s) RETURNING {_MESSAGE}",
+                f"DELETE FROM messages WHERE tenant = %s AND id = ANY(%s) RETURNING {MESSAGE_COLUMNS}",
                 (tenant, wanted),
             ).fetchall()
             gone = [StoredMessage(*row) for row in rows]
@@ -236,7 +235,7 @@ class PostgresStore:
                 _lock_user(conn, tenant, user)
             gone: dict[str, list[StoredMessage]] = {user: [] for user in users}
             for user, *row in conn.execute(
-                f"DELETE FROM messages WHERE tenant = %s AND added < %s RETURNING user_id, {_MESSAGE}",
+                f"DELETE FROM messages WHERE tenant = %s AND added < %s RETURNING user_id, {MESSAGE_COLUMNS}",
                 (tenant, before),
             ).fetchall():
                 gone.setdefault(user, []).append(StoredMessage(*row))

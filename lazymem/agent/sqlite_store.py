@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lazymem import sqlite
 from lazymem.agent.store import (
+    MESSAGE_COLUMNS,
     Claim,
     Derived,
     NewMessage,
@@ -59,7 +60,6 @@ _TABLES = [
     "claimed_until REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
 ]
 _SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
-_MESSAGE = "id, session_id, time, role, text, added"  # a StoredMessage's columns, in order
 
 
 class SQLiteStore:
@@ -129,7 +129,8 @@ class SQLiteStore:
     def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
         with self._lock, _transaction(self._conn, "BEGIN") as conn:
             rows = conn.execute(
-                f"SELECT {_MESSAGE} FROM messages WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id",
+                f"SELECT {MESSAGE_COLUMNS} FROM messages "
+                "WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id",
                 (tenant, user, after),
             ).fetchall()
             generation = _generation(conn, tenant, user)
@@ -165,7 +166,8 @@ class SQLiteStore:
             with _transaction(self._conn) as conn:
                 gone: dict[str, list[StoredMessage]] = {}
                 for user, *row in conn.execute(
-                    f"SELECT user_id, {_MESSAGE} FROM messages WHERE tenant = ? AND added < ? ORDER BY id",
+                    f"SELECT user_id, {MESSAGE_COLUMNS} FROM messages "
+                    "WHERE tenant = ? AND added < ? ORDER BY id",
                     (tenant, before),
                 ).fetchall():
                     gone.setdefault(user, []).append(StoredMessage(*row))
@@ -197,7 +199,8 @@ class SQLiteStore:
             chunk = ids[start : start + _SQL_VARS]
             marks = ",".join("?" * len(chunk))
             mine += conn.execute(
-                f"SELECT {_MESSAGE} FROM messages WHERE tenant = ? AND user_id = ? AND id IN ({marks})",
+                f"SELECT {MESSAGE_COLUMNS} FROM messages "
+                f"WHERE tenant = ? AND user_id = ? AND id IN ({marks})",
                 [tenant, user, *chunk],
             ).fetchall()
         missing = sorted(set(ids) - {row[0] for row in mine})

@@ -20,7 +20,7 @@ message was forgotten would take half an hour on two cores.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,6 +70,11 @@ class StoredMessage:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# A StoredMessage's columns in a SELECT or RETURNING list, in its fields' order (both stores' tables name
+# them alike)
+MESSAGE_COLUMNS = ", ".join(f.name for f in fields(StoredMessage))
 
 
 @dataclass(frozen=True)
