@@ -43,12 +43,15 @@ from lazymem.agent.inputs import BadInput, Limits, check_text
 from lazymem.agent.store import (
     MAX_ID,
     Derived,
+    NewMessage,
+    Snapshot,
     Store,
     StoredMessage,
     UnknownUser,
     VectorKeys,
     open_store,
 )
+from lazymem.agent.vectors import Carried, for_export, for_import
 from lazymem.data.schema import History, Message, Question
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Context, MemoryBlock, Method
@@ -225,7 +228,19 @@ class Memory:
 
     async def _import_batch(self, tenant, user_id, chunk, done: int, progress) -> int:
         batch = self.limits.check_messages(chunk, _now(), first=done)
+        carried = {}
+        if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
+            carried = await asyncio.get_running_loop().run_in_executor(
+                self._indexer,
+                for_import,
+                self.retriever,
+                [_as_message(0, m) for m in batch],
+                [m.get("vectors") for m in chunk],
+                lambda i: f"message {done + i}" + (f" ({batch[i].source})" if batch[i].source else ""),
+            )
         await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+        if carried:
+            await self._store_vectors(tenant, user_id, carried)
         done += len(batch)
         if progress is not None:
             progress(done)
@@ -283,13 +298,28 @@ class Memory:
             await self._drop_derived(tenant, user_id, dropped.get(user_id))
         return deleted
 
-    async def aexport(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
-        """Every stored message of the user, oldest first (id, session_id, time, role, text, added)."""
+    async def aexport(
+        self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every stored message of the user, oldest first (id, session_id, time, role, text, added). With
+        `vectors`, each message the user's indexing has embedded also carries its vectors (lazymem/agent/
+        vectors.py), which an import into a store of the same encoder reuses instead of embedding again."""
         self.limits.check_ids(tenant, user_id)
-        stored = (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).messages
-        if not stored:
-            raise UnknownUser(user_id)
-        return [m.to_dict() for m in stored]
+        if not (vectors and self.retriever is not None):
+            stored = (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).messages
+            if not stored:
+                raise UnknownUser(user_id)
+            return [m.to_dict() for m in stored]
+        async with self._user_lock(tenant, user_id):  # a forget does not delete the vectors while read
+            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
+            if not snapshot.messages:
+                raise UnknownUser(user_id)
+            out = [m.to_dict() for m in snapshot.messages]
+            found = await self._read_vectors(tenant, user_id, snapshot)
+        for message, carried in zip(out, found, strict=True):
+            if carried is not None:
+                message["vectors"] = carried
+        return out
 
     async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
@@ -377,8 +407,8 @@ class Memory:
     def forget(self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.aforget(user_id, message_ids, tenant=tenant))
 
-    def export(self, user_id: str, *, tenant: str = DEFAULT_TENANT):
-        return self._run(self.aexport(user_id, tenant=tenant))
+    def export(self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False):
+        return self._run(self.aexport(user_id, tenant=tenant, vectors=vectors))
 
     def purge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.apurge(older_than_days, tenant=tenant))
@@ -500,6 +530,43 @@ class Memory:
 
         return keys
 
+    async def _read_vectors(self, tenant: str, user_id: str, snapshot: Snapshot) -> list[Carried | None]:
+        """Each of the snapshot's messages' vectors in the user's embedding cache (under the user's lock)."""
+        dir = self._user_dir(tenant, user_id)
+        if not self.store.derived_in_store and not dir.exists():  # a local folder not made yet: no vectors
+            return [None] * len(snapshot.messages)
+        derived = self.store.derived(tenant, user_id, dir, snapshot.generation)
+
+        def read() -> list[Carried | None]:
+            cache = derived.storage.embedding_cache()
+            try:
+                messages = [_as_message(i, m) for i, m in enumerate(snapshot.messages)]
+                return for_export(self.retriever, cache, messages)
+            finally:
+                cache.close()
+
+        return await asyncio.get_running_loop().run_in_executor(self._indexer, read)
+
+    async def _store_vectors(self, tenant: str, user_id: str, carried: Mapping[str, dict]) -> None:
+        """Put imported vectors into the user's embedding cache, at the user's current generation (a forget
+        in between drops them: on a server database the rows refuse a write under an older generation)."""
+        async with self._user_lock(tenant, user_id):
+            known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
+            if (tenant, user_id) not in known:  # forgotten since the add
+                return
+            dir = self._user_dir(tenant, user_id)
+            derived = self.store.derived(tenant, user_id, dir, known[(tenant, user_id)])
+
+            def put() -> None:
+                cache = derived.storage.embedding_cache()
+                try:
+                    for model, items in carried.items():
+                        cache.put(model, items)
+                finally:
+                    cache.close()
+
+            await asyncio.get_running_loop().run_in_executor(self._indexer, put)
+
     async def _drop_derived(self, tenant: str, user_id: str, keep_vectors_but: Mapping | None = None) -> None:
         """Close the user's state and delete its derived data here: all of it, or (`keep_vectors_but`:
         the deleted messages' vector keys, on a store whose user folders are the derived data) all but the
@@ -532,9 +599,9 @@ def compose(overrides: Sequence[str] = ()):
         return hydra_compose("config", overrides=overrides)
 
 
-def _as_message(idx: int, m: StoredMessage) -> Message:
-    """A stored message as retrieval's record at position `idx`: what is indexed and what a deletion names
-    the vectors of are made the same way."""
+def _as_message(idx: int, m: StoredMessage | NewMessage) -> Message:
+    """A stored message as retrieval's record at position `idx`: what is indexed, what a deletion names
+    the vectors of, and what an import's carried vectors are checked against are made the same way."""
     return Message(idx, m.session_id, m.time, m.role, m.text)
 
 

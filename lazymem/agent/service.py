@@ -7,8 +7,8 @@ and only ever reaches the users of that key's tenant:
   POST /v1/users/{user_id}/messages  {"messages": [{"role", "text", "time"?, "session_id"?}]} -> {"ids"}
   POST /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens, timings
   POST /v1/users/{user_id}/forget    {"message_ids"?: [...]} (none: all) -> {"deleted"}
-  GET  /v1/users/{user_id}/export    -> {"user_id", "messages"}
-  POST /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?) -> {"stored"}
+  GET  /v1/users/{user_id}/export    ?vectors=true? -> {"user_id", "messages"}
+  POST /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?, "vectors"?) -> {"stored"}
   GET  /health
 
 Keys come from `serve.keys_file` (YAML, tenant -> keys and retention) and the environment variable named
@@ -178,6 +178,8 @@ class ForgetReply(BaseModel):
 
 class StoredMessageOut(RecalledMessage):
     added: float
+    # with ?vectors=true: {model identity: {key: base64 float32}} (lazymem/agent/vectors.py)
+    vectors: dict[str, dict[str, str]] | None = None
 
 
 class ExportReply(BaseModel):
@@ -279,16 +281,19 @@ def create_app(
     async def forget(user_id: str, body: ForgetRequest, tenant: TenantName) -> ForgetReply:
         return ForgetReply(deleted=await memory.aforget(user_id, body.message_ids, tenant=tenant))
 
-    @app.get("/v1/users/{user_id}/export")
-    async def export(user_id: str, tenant: TenantName) -> ExportReply:
-        return ExportReply(user_id=user_id, messages=await memory.aexport(user_id, tenant=tenant))
+    @app.get("/v1/users/{user_id}/export", response_model_exclude_none=True)
+    async def export(user_id: str, tenant: TenantName, vectors: bool = False) -> ExportReply:
+        """The user's messages, oldest first; with `vectors=true` each embedded one carries its vectors,
+        which an import into a deployment of the same encoder stores instead of embedding again."""
+        messages = await memory.aexport(user_id, tenant=tenant, vectors=vectors)
+        return ExportReply(user_id=user_id, messages=messages)
 
     @app.post("/v1/users/{user_id}/import", openapi_extra=_NDJSON_BODY)
     async def import_(user_id: str, request: Request, tenant: TenantName) -> JSONResponse:
         """A long history as NDJSON, one message per line (`role`, `text`, `time`?, `session_id`?,
-        `source`?), stored in batches as it streams in. A bad line stops the import with 400 naming it;
-        `stored` says how many lines before it are kept. Give each line a `source` (e.g. "file:line") and a
-        retried import skips what is already stored."""
+        `source`?, `vectors`? as an export with vectors gives them), stored in batches as it streams in.
+        A bad line stops the import with 400 naming it; `stored` says how many lines before it are kept.
+        Give each line a `source` (e.g. "file:line") and a retried import skips what is already stored."""
         stored = 0
         try:
             async for batch in _ndjson_batches(request, max_body_bytes, memory.limits.max_messages_per_add):
@@ -303,7 +308,7 @@ def create_app(
 _NDJSON_BODY = {
     "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}
 }
-_IMPORT_FIELDS = {"role", "text", "time", "session_id", "source"}
+_IMPORT_FIELDS = {"role", "text", "time", "session_id", "source", "vectors"}
 
 
 async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):

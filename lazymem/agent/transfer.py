@@ -1,11 +1,11 @@
 """Bulk import and export of users' histories: `lazymem import` and `lazymem export`.
 
     lazymem import FILE [--format jsonl|longmemeval|locomo] [--user U] [--tenant T] [overrides]
-    lazymem export USER [--tenant T] [overrides] > FILE.jsonl
+    lazymem export USER [--vectors] [--tenant T] [overrides] > FILE.jsonl
 
 Formats read:
-- `jsonl`: one message per line, `{"role", "text", "time"?, "session_id"?, "user_id"?}` (what `lazymem
-  export` writes; `--user` names the user of lines without `user_id`);
+- `jsonl`: one message per line, `{"role", "text", "time"?, "session_id"?, "user_id"?, "vectors"?}` (what
+  `lazymem export` writes; `--user` names the user of lines without `user_id`);
 - `longmemeval`: a LongMemEval JSON file, one user per question's haystack (the user id is the question id);
 - `locomo`: a LoCoMo JSON file, one user per conversation (its `sample_id`), the two speakers kept as
   named roles.
@@ -15,6 +15,10 @@ index), and the store keeps a position once per user: an import killed at any po
 each message exactly once, even where a history repeats a short turn like "ok" word for word. The import
 adds in batches (agent.limits.max_messages_per_add at most), each one transaction. Retention counts from
 the time of import (`added`), not from the messages' own `time`.
+
+`--vectors` exports each message's embedding vectors too (lazymem/agent/vectors.py), and an import stores
+those its own retrieval config would have made, so the user is not embedded again. Both commands therefore
+compose the retrieval config (`retrieval=...` as the deployment has it; no model loads for that).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
             user = record.get("user_id", default_user)
             if not isinstance(user, str) or not user:
                 raise DataError(path, f"line {line_no}", "user_id", "missing (or pass --user)")
-            message = {k: record.get(k) for k in ("role", "text", "time", "session_id")}
+            message = {k: record.get(k) for k in ("role", "text", "time", "session_id", "vectors")}
             message["source"] = f"{path.name}:{line_no}"
             if current is None or current.user_id != user:
                 if current is not None:
@@ -110,7 +114,10 @@ def export_lines(user_id: str, messages: Sequence[dict]) -> Iterator[str]:
 
 def main(command: str, argv: Sequence[str]) -> int:
     """`lazymem import ...` / `lazymem export ...` (see the module docstring)."""
+    from lazymem.agent.inputs import BadInput
     from lazymem.agent.memory import DEFAULT_TENANT, Memory
+    from lazymem.agent.store import UnknownUser
+    from lazymem.data.schema import DataError
 
     parser = argparse.ArgumentParser(prog=f"lazymem {command}")
     if command == "import":
@@ -119,21 +126,31 @@ def main(command: str, argv: Sequence[str]) -> int:
         parser.add_argument("--user", help="the user of jsonl lines without user_id")
     else:
         parser.add_argument("user")
+        parser.add_argument("--vectors", action="store_true", help="with each message's embedding vectors")
     parser.add_argument("--tenant", default=DEFAULT_TENANT)
     args, overrides = parser.parse_known_args(argv)
-    with Memory.from_config([*overrides, "method=full_history"]) as memory:  # storing needs no model
-        if command == "export":
-            for line in export_lines(args.user, memory.export(args.user, tenant=args.tenant)):
-                print(line)
-            return 0
-        total = 0
-        for history in read_histories(args.file, args.format, args.user):
-            done = memory.import_(
-                history.user_id,
-                history.messages,
-                tenant=args.tenant,
-                progress=lambda n, user=history.user_id: print(f"{user}: {n} messages", file=sys.stderr),
-            )
-            total += done
-        print(f"imported {total} messages from {args.file}", file=sys.stderr)
+    # retrieval-only: a retriever names the vectors, and no memory model is needed to store or read
+    with Memory.from_config([*overrides, "method=rag"]) as memory:
+        try:
+            if command == "export":
+                messages = memory.export(args.user, tenant=args.tenant, vectors=args.vectors)
+                for line in export_lines(args.user, messages):
+                    print(line)
+            else:
+                _import(memory, args)
+        except (BadInput, DataError, UnknownUser) as e:
+            print(f"lazymem {command}: {e}", file=sys.stderr)
+            return 1
     return 0
+
+
+def _import(memory, args: argparse.Namespace) -> None:
+    total = 0
+    for history in read_histories(args.file, args.format, args.user):
+        total += memory.import_(
+            history.user_id,
+            history.messages,
+            tenant=args.tenant,
+            progress=lambda n, user=history.user_id: print(f"{user}: {n} messages", file=sys.stderr),
+        )
+    print(f"imported {total} messages from {args.file}", file=sys.stderr)

@@ -140,6 +140,11 @@ class Retriever:
         none is kept)."""
         return {}
 
+    def vector_width(self, model: str) -> int | None:
+        """How many values the vectors it stores under the model identity `model` have; None when it stores
+        none under that identity (the default). An import that carries vectors checks them against it."""
+        return None
+
     def problems(self, where: str) -> list[str]:
         """What is missing before it can run (`where`: its config key), each with its fix; [] if nothing."""
         return []

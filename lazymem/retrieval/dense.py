@@ -114,6 +114,7 @@ class SentenceEncoder:
             parts.append(f"tag={cache_tag}")
         self.identity = "|".join(parts)
         self._model = None
+        self._width: int | None = None
 
     @property
     def model(self):
@@ -133,6 +134,13 @@ class SentenceEncoder:
             if self.max_seq_length is not None:
                 self._model.max_seq_length = self.max_seq_length
         return self._model
+
+    @property
+    def width(self) -> int:
+        """How many values its vectors have (measured on one text: what `encode` returns is the truth)."""
+        if self._width is None:
+            self._width = int(self.encode(["width"]).shape[1])
+        return self._width
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -244,6 +252,11 @@ class DenseRetriever(Retriever):
         if "idx" in template_fields(self.template):
             return None
         return {self.encoder.identity: {text_key(self.render(m)) for m in messages}}
+
+    def vector_width(self, model: str) -> int | None:
+        if self.cache is None or model != self.encoder.identity:  # as vector_keys: it stores none
+            return None
+        return self.encoder.width
 
     def render(self, message: Message) -> str:
         """The text this retriever embeds for a message."""

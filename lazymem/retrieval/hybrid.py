@@ -174,6 +174,14 @@ class HybridRetriever:
                 merged.setdefault(model, set()).update(found)
         return merged
 
+    def vector_width(self, model: str) -> int | None:
+        """The width its first retriever that stores vectors of `model` gives them."""
+        for r in self.retrievers.values():
+            width = r.vector_width(model)
+            if width is not None:
+                return width
+        return None
+
     def problems(self, where: str = "retrieval") -> list[str]:
         """What its retrievers and reranker miss before they can run, each with its config key."""
         found = [p for name, r in self.retrievers.items() for p in r.problems(f"{where}.retrievers.{name}")]

@@ -4,6 +4,7 @@ tenants, keys, bad bodies, limits, forget, retention, concurrency, and a canary 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import httpx
@@ -149,6 +150,48 @@ def test_forget_of_unknown_ids_deletes_nothing(service):
     r = c.post("/v1/users/x/forget", json={"message_ids": [ids[0], 999999]})
     assert r.status_code == 404 and "999999" in r.json()["detail"]
     assert len(c.get("/v1/users/x/export").json()["messages"]) == 2
+
+
+def test_an_export_with_vectors_imports_into_another_user_and_a_bad_vector_is_a_400(service):
+    """Over HTTP: `?vectors=true` carries the vectors the background indexer stored, and the NDJSON import
+    accepts them; a vector of the wrong width stops the import at its line, with nothing of it stored."""
+    c = client(service)
+    assert (
+        c.post("/v1/users/vec-src/messages", json=msgs("I play the cello.", "My cat is Tom.")).status_code
+        == 201
+    )
+    for _ in range(240):
+        lines = c.get("/v1/users/vec-src/export", params={"vectors": "true"}).json()["messages"]
+        if all("vectors" in m for m in lines):
+            break
+        asyncio.run(asyncio.sleep(0.25))
+    else:
+        pytest.fail("the background indexer never embedded the messages")
+    assert all("vectors" not in m for m in c.get("/v1/users/vec-src/export").json()["messages"])
+    (model,) = lines[0]["vectors"]
+    (vector,) = lines[0]["vectors"][model].values()
+    assert len(base64.b64decode(vector)) == 384 * 4
+
+    ndjson = {"Content-Type": "application/x-ndjson"}
+    keep = ("role", "text", "time", "session_id", "vectors")
+    body = [json.dumps({k: m[k] for k in keep}) for m in lines]
+    damaged = json.loads(body[1])
+    damaged["vectors"] = {
+        model: dict.fromkeys(damaged["vectors"][model], base64.b64encode(b"\0" * 16).decode())
+    }
+    r = c.post("/v1/users/vec-bad/import", content="\n".join([body[0], json.dumps(damaged)]), headers=ndjson)
+    assert r.status_code == 400 and r.json()["stored"] == 0
+    assert (
+        "message 1: vectors" in r.json()["detail"]
+        and "4 values, but the encoder makes 384" in r.json()["detail"]
+    )
+    assert c.get("/v1/users/vec-bad/export").status_code == 404
+
+    r = c.post("/v1/users/vec-dst/import", content="\n".join(body), headers=ndjson)
+    assert r.status_code == 201 and r.json() == {"stored": 2}
+    assert (
+        "Tom" in c.post("/v1/users/vec-dst/query", json={"question": "What is my cat called?"}).json()["text"]
+    )
 
 
 def test_retention_purges_a_tenants_old_messages(service):

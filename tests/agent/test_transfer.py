@@ -97,3 +97,40 @@ def test_an_import_killed_with_kill_9_resumes_without_duplicates(tmp_path):
     )
     exported = cli("export", "u", f"agent.dir={tmp_path / 'd'}", tmp=tmp_path).stdout.splitlines()
     assert [json.loads(line)["text"] for line in exported] == texts
+
+
+def test_export_with_vectors_and_import_move_a_users_vectors_through_the_cli(tmp_path, capsys):
+    """`lazymem export --vectors` writes the indexed user's vectors; `lazymem import` stores them in the
+    target's embedding cache before any indexing, and a damaged vector stops it with a one-line error.
+    (In this process: the subprocess form of both commands is tested above.)"""
+    from lazymem import Memory
+    from lazymem.agent.transfer import main
+    from lazymem.retrieval.embed_cache import EmbeddingCache
+
+    texts = ["My bike is red.", "I ski in winter.", "My locker code is 4711."]
+    cache = f"paths.cache={tmp_path / 'cache'}"
+    source = f"agent.dir={tmp_path / 'source'}"
+    with Memory.from_config(["method=rag", source, cache]) as memory:
+        memory.add("kim", [{"role": "user", "text": t} for t in texts])
+        memory.index_pending()
+    capsys.readouterr()
+    assert main("export", ["kim", "--vectors", source, cache]) == 0
+    exported = capsys.readouterr().out
+    lines = [json.loads(line) for line in exported.splitlines()]
+    assert [m["text"] for m in lines] == texts and all(len(m["vectors"]) == 1 for m in lines)
+    dump = tmp_path / "kim.jsonl"
+    dump.write_text(exported)
+
+    target = tmp_path / "target"
+    assert main("import", [str(dump), f"agent.dir={target}", cache]) == 0
+    (user_dir,) = (target / "users").iterdir()
+    assert EmbeddingCache(user_dir).count() == len(texts)  # stored by the import: nothing indexed it
+
+    (model,) = lines[1]["vectors"]
+    lines[1]["vectors"] = {model: dict.fromkeys(lines[1]["vectors"][model], "AACAPw==")}  # one float, 1.0
+    dump.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    capsys.readouterr()
+    assert main("import", [str(dump), "--user", "lee", f"agent.dir={tmp_path / 'third'}", cache]) == 1
+    error = capsys.readouterr().err
+    assert "lazymem import: message 1 (kim.jsonl:2): vectors" in error
+    assert "1 values, but the encoder makes 384" in error

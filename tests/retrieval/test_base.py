@@ -123,6 +123,7 @@ def test_the_other_retriever_hooks_default_to_keeping_nothing(tmp_path):
     assert r.gpu_keys("retrieval.retrievers.mine") == []
     assert r.close() is None
     assert r.vector_keys([MESSAGE]) == {}  # no vectors: a partial deletion keeps none
+    assert r.vector_width("any-model") is None  # nor any width to check an import's vectors against
     assert not (tmp_path / "alice").exists()  # nothing was derived for the user
 
 

@@ -40,6 +40,10 @@ def test_dense_finds_a_paraphrase_that_bm25_misses(encoder, tmp_path):
     assert np.allclose(np.linalg.norm(index.matrix, axis=1), 1.0, atol=1e-5)  # cosine = dot product
 
 
+def test_the_width_is_what_the_encoder_makes(encoder):
+    assert encoder.width == 384 == encoder.encode(["two words"]).shape[1]
+
+
 def test_real_encoder_second_build_embeds_nothing(encoder, tmp_path):
     msgs = history().messages
     first = DenseRetriever(encoder, EmbeddingCache(tmp_path)).build(msgs)

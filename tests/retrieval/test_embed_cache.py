@@ -13,6 +13,7 @@ import pytest
 
 from lazymem.data.schema import History, Message
 from lazymem.retrieval.base import UserStorage
+from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 from lazymem.retrieval.hybrid import HybridRetriever
@@ -32,6 +33,8 @@ class CountingEncoder:
     def __init__(self, identity="fake-model"):
         self.identity = identity
         self.encoded = 0
+
+    width = DIM
 
     def encode(self, texts):
         self.encoded += len(texts)
@@ -243,3 +246,15 @@ def test_hybrid_vector_keys_merge_by_model_and_none_wins(tmp_path):
     assert set(merged) == {"fake-model"} and len(merged["fake-model"]) == 4
     c = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{idx}: {text}")
     assert HybridRetriever({"a": a, "c": c}).vector_keys(messages) is None
+
+
+def test_the_vector_width_is_asked_of_the_retriever_that_stores_the_model(tmp_path):
+    a = DenseRetriever(CountingEncoder("model-a"), EmbeddingCache(tmp_path))
+    b = DenseRetriever(CountingEncoder("model-b"), None)  # no cache: it stores no vector
+    assert (a.vector_width("model-a"), a.vector_width("model-b"), b.vector_width("model-b")) == (
+        DIM,
+        None,
+        None,
+    )
+    hybrid = HybridRetriever({"bm25": BM25Retriever(), "b": b, "a": a})
+    assert [hybrid.vector_width(m) for m in ("model-a", "model-b")] == [DIM, None]
