@@ -134,3 +134,5 @@ def test_export_with_vectors_and_import_move_a_users_vectors_through_the_cli(tmp
     error = capsys.readouterr().err
     assert "lazymem import: message 1 (kim.jsonl:2): vectors" in error
     assert "1 values, but the encoder makes 384" in error
+    assert main("export", ["nobody", source, cache]) == 1
+    assert "lazymem export: unknown user 'nobody'" in capsys.readouterr().err
