@@ -26,6 +26,18 @@ def roles_used(methods: list[Method]) -> list[str]:
     return sorted({"answer", "judge", *(role for m in methods for role in m.roles)})
 
 
+def _on_cpu(needed_by: list[str]) -> str:
+    """What to pass on a CPU machine, for the parts that asked for a GPU (LLM roles, retrieval models)."""
+    fixes = []
+    if any(key.startswith("llm.") for key in needed_by):
+        fixes.append("llm=cpu (e.g. +experiment=main_table_cpu)")
+    if any(key.startswith("retrieval.") for key in needed_by):
+        fixes.append(
+            "a CPU retrieval preset (e.g. retrieval=hybrid_loo), or KEY=cpu for each device key above"
+        )
+    return "on a CPU machine use " + " and ".join(fixes)
+
+
 def problems(cfg, methods, benchmarks: dict) -> list[str]:
     found: list[str] = []
     gpu_needed_by: list[str] = []
@@ -48,14 +60,14 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
         path = data.get("path")
         if not path:
             found.append(f"benchmarks.{name}.path is not set: pass benchmarks.{name}.path=/path/to/file.json")
+        elif Path(path).is_dir():
+            found.append(f"benchmarks.{name}.path = {path!r} is a folder: pass the benchmark's JSON file")
         elif not Path(path).is_file():
             found.append(f"benchmarks.{name}.path = {path!r} does not exist")
     if gpu_needed_by and not has_gpu():
+        needed = ", ".join(gpu_needed_by)
         found.insert(
-            0,
-            "no GPU found (nvidia-smi / torch.cuda), needed by "
-            + ", ".join(gpu_needed_by)
-            + "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)",
+            0, f"no GPU found (nvidia-smi / torch.cuda), needed by {needed}; {_on_cpu(gpu_needed_by)}"
         )
     elif gpu_needed_by:
         found += plan_problems(cfg, gpu_inventory(), roles)

@@ -24,6 +24,11 @@ from helpers_llm import gpus, paper_model_dirs
 
 NO_GPU = "no GPU found (nvidia-smi / torch.cuda), needed by "
 CPU_FIX = "; on a CPU machine use llm=cpu (e.g. +experiment=main_table_cpu)"
+# only retrieval asked for the GPU: llm=cpu would not help
+RETRIEVAL_FIX = (
+    "; on a CPU machine use a CPU retrieval preset (e.g. retrieval=hybrid_loo), "
+    "or KEY=cpu for each device key above"
+)
 
 
 @pytest.fixture
@@ -103,16 +108,24 @@ def test_a_gpu_backend_on_a_cpu_machine_leads_with_what_needs_the_gpu(cpu_only, 
     )
     on_cpu = job_problems(*vllm, "++llm.roles.answer.vllm.device=cpu")  # vLLM on the CPU needs no GPU
     assert on_cpu == found[1:]
+    dense = "retrieval.retrievers.dense.encoder"
+    both = job_problems(*vllm, f"{dense}.model={tmp_path}", f"{dense}.device=cuda")
+    assert both[0] == NO_GPU + f"llm.roles.answer (vllm), {dense}.device" + CPU_FIX + RETRIEVAL_FIX.replace(
+        "; on a CPU machine use", " and"
+    )
 
 
 def test_retrieval_problems_and_gpu_needs_come_from_its_hooks(cpu_only):
     dense = "retrieval.retrievers.dense.encoder"
     missing = f"{dense}.model = '/absent/embedder' is not a local model directory: pass {dense}.model="
     missing += "/path/to/model"
-    assert job_problems(f"{dense}.model=/absent/embedder") == [NO_GPU + f"{dense}.device" + CPU_FIX, missing]
+    assert job_problems(f"{dense}.model=/absent/embedder") == [
+        NO_GPU + f"{dense}.device" + RETRIEVAL_FIX,
+        missing,
+    ]
     assert job_problems(f"{dense}.model=/absent/embedder", f"{dense}.device=cpu") == [missing]
     found = job_problems("retrieval/reranker=bge_m3", f"{dense}.model=/absent/embedder")
-    assert found[0] == NO_GPU + f"{dense}.device, retrieval.reranker.devices" + CPU_FIX
+    assert found[0] == NO_GPU + f"{dense}.device, retrieval.reranker.devices" + RETRIEVAL_FIX
     assert found[1:] == [
         missing,
         "retrieval.reranker.model = 'BAAI/bge-reranker-v2-m3' is not a local model "
@@ -149,7 +162,7 @@ def test_benchmark_files_are_checked_where_the_loader_reads_one(cpu_only, tmp_pa
     assert problems(config(), [], benchmarks) == [
         "benchmarks.longmemeval.path is not set: pass benchmarks.longmemeval.path=/path/to/file.json",
         f"benchmarks.locomo_typo.path = '{tmp_path / 'locomo.jsn'}' does not exist",
-        f"benchmarks.folder.path = '{tmp_path}' does not exist",
+        f"benchmarks.folder.path = '{tmp_path}' is a folder: pass the benchmark's JSON file",
     ]
 
 

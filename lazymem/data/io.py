@@ -29,7 +29,9 @@ def read_json(path: str | Path) -> object:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        hint = " (the file looks truncated)" if e.pos >= path.stat().st_size - 1 else ""
+        # the parser ran out of text (positions count characters of the decoded text, not bytes)
+        ran_out = e.pos >= len(e.doc.rstrip()) or e.msg.startswith("Unterminated string")
+        hint = " (the file looks truncated)" if ran_out else ""
         raise DataError(
             path, None, None, f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}{hint}"
         ) from None

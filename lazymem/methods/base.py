@@ -71,7 +71,7 @@ class Context:
     def __init__(self, retriever=None, llms=None, dataset_name: str | None = None):
         self.retriever, self.llms = retriever, llms
         self.dataset_name = dataset_name  # lets a method decline a benchmark it is not defined for
-        self._searches: dict[tuple[str, str], tuple[SearchResult, float]] = {}
+        self._searches: dict[tuple[str, str], tuple[SearchResult, float, int]] = {}
 
     def new_pass(self) -> None:
         """Forget the retrieval results of earlier passes (latency protocol: every pass searches anew).
@@ -90,12 +90,14 @@ class Context:
             raise RuntimeError("this method needs retrieval but the job has no retriever configured")
         key = (question.id, history.id)
         hit = self._searches.get(key)
-        if hit is None or len(hit[0].indices) < min(n, len(history.messages)):
+        # a search asked at least this deep serves it, even when it found fewer (BM25 alone may)
+        if hit is None or hit[2] < n:
             self.retriever.index(history)  # build outside the timed search, like a stored index
             t0 = time.perf_counter()
-            result = self.retriever.search(history, question.text, max(n, self.retriever.n))
-            hit = (result, time.perf_counter() - t0)
+            depth = max(n, self.retriever.n)
+            result = self.retriever.search(history, question.text, depth)
+            hit = (result, time.perf_counter() - t0, depth)
             self._searches[key] = hit
-        result, seconds = hit
+        result, seconds, _ = hit
         head = SearchResult(result.indices[:n], result.scores[:n], result.timings, result.ranked)
         return head, seconds

@@ -16,4 +16,10 @@ class OracleTurn:
 
     async def build(self, question: Question, history: History, ctx: Context) -> MemoryBlock:
         shown = sorted(question.gold_idx)
+        outside = [i for i in shown if not 0 <= i < len(history.messages)]
+        if outside:
+            raise ValueError(
+                f"question {question.id}: evidence positions {outside} are outside its history "
+                f"{history.id} of {len(history.messages)} messages"
+            )
         return MemoryBlock(text=render_raw([history.messages[i] for i in shown]), style="raw", shown=shown)

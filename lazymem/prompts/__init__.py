@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +36,7 @@ class Template:
 
 def load(name_or_path: str) -> Template:
     """A bundled template by name (`memory_user`) or any file by path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = BUNDLED / f"{name_or_path}.txt"
+    path = _bundled(name_or_path, ".txt")
     if not path.is_file():
         raise FileNotFoundError(f"prompt template {name_or_path!r} not found (looked for {path})")
     return Template(path.stem, path.read_text(), path.resolve())
@@ -45,12 +44,19 @@ def load(name_or_path: str) -> Template:
 
 def load_json(name_or_path: str) -> dict:
     """A bundled JSON resource by name or any JSON file by path; a missing one says where it looked."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = BUNDLED / f"{name_or_path}.json"
+    path = _bundled(name_or_path, ".json")
     if not path.is_file():
         bundled = sorted(p.stem for p in BUNDLED.glob("*.json"))
         raise FileNotFoundError(
             f"prompt resource {name_or_path!r} not found (looked for {path}; bundled: {bundled})"
         )
     return json.loads(path.read_text())
+
+
+def _bundled(name_or_path: str, suffix: str) -> Path:
+    """A bare name (no folder, no extension) is a bundled resource; anything else is a path as given
+    (`./my_prompt` or `/srv/prompts/answer` too, which have no extension)."""
+    path = Path(name_or_path)
+    if path.suffix or "/" in name_or_path or os.sep in name_or_path:
+        return path
+    return BUNDLED / f"{name_or_path}{suffix}"

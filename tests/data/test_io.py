@@ -74,6 +74,23 @@ def test_read_json_truncated_file_says_where_and_that_it_looks_truncated(tmp_pat
     )
 
 
+@pytest.mark.parametrize(
+    "text, truncated",
+    [
+        ('[{"text": "café, naïve, 東京"}, {"text": "ab', True),  # cut inside a string, after multi-byte text
+        ('{"text": "東京", "n": [1, 2', True),  # characters, not bytes, reach the end
+        ('{"a": 1,}', False),  # complete, the error on its last character
+        ('{"a": 1,}\n\n', False),
+    ],
+)
+def test_read_json_says_truncated_only_when_the_text_ran_out(tmp_path, text, truncated):
+    path = tmp_path / "f.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_json(path)
+    assert ("(the file looks truncated)" in str(err.value)) == truncated
+
+
 def test_read_json_error_inside_the_file_has_position_and_no_truncation_hint(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('[\n  {"a": 1},\n  {"b": nope},\n  {"c": 3}\n]\n')

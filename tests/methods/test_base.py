@@ -125,6 +125,17 @@ def test_context_search_deeper_than_the_cached_result_searches_again():
     assert retriever.searches == [2, 4] and len(deeper.indices) == 4
 
 
+def test_a_search_that_found_fewer_than_asked_is_not_run_again():
+    """BM25 alone returns only messages sharing a word with the question: fewer than n is its full answer."""
+    retriever = CountingRetriever(n=3)
+    ctx = Context(retriever)
+    q = ask("Biscuit")
+    first, seconds = ctx.search(q, HISTORY, 5)
+    assert 0 < len(first.indices) < 5
+    again, seconds_again = ctx.search(q, HISTORY, 5)
+    assert retriever.searches == [5] and again.indices == first.indices and seconds_again == seconds
+
+
 def test_new_pass_forgets_searches_but_keeps_the_indexes():
     retriever = CountingRetriever(n=3)
     ctx = Context(retriever)

@@ -3,6 +3,8 @@
 
 import asyncio
 
+import pytest
+
 from lazymem.data.schema import History, Message, Question
 from lazymem.methods.base import Context, Method
 from lazymem.methods.oracle import OracleTurn
@@ -71,3 +73,10 @@ def test_oracle_turn_is_a_method_needing_no_retrieval_and_no_llm_role():
     renamed = OracleTurn(name="oracle_turn_b")
     assert renamed.name == "oracle_turn_b"
     assert build(question(gold_idx=(2,)), renamed).shown == [2]
+
+
+def test_evidence_outside_the_history_names_the_question_and_positions():
+    with pytest.raises(
+        ValueError, match=r"question q1: evidence positions \[6, 9\] are outside its history h1 of 6"
+    ):
+        build(question(gold_idx=(9, 2, 6)))

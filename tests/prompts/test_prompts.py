@@ -71,6 +71,18 @@ def test_a_users_file_loads_by_path_and_is_not_bundled(tmp_path):
     assert t.format(query="where?", memory="(none)") == "Q: where?\nM: (none)\n"
 
 
+def test_a_path_without_an_extension_is_a_path_not_a_bundled_name(tmp_path, monkeypatch):
+    (tmp_path / "answer_raw").write_text("mine: {query}")
+    assert load(str(tmp_path / "answer_raw")).text == "mine: {query}"  # not the bundled answer_raw
+    monkeypatch.chdir(tmp_path)
+    assert load("./answer_raw").text == "mine: {query}"
+    assert load("answer_raw").bundled  # a bare name stays the bundled one
+    (tmp_path / "rules").write_text('{"mine": true}')
+    assert load_json(str(tmp_path / "rules")) == {"mine": True}
+    with pytest.raises(FileNotFoundError, match=r"looked for /absent/memory_user\)"):
+        load("/absent/memory_user")
+
+
 def test_a_copy_of_a_bundled_template_elsewhere_is_not_bundled(tmp_path):
     copy = tmp_path / "memory_user.txt"
     copy.write_text((BUNDLED / "memory_user.txt").read_text())
