@@ -34,16 +34,15 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from lazymem.agent.inputs import BadInput, Limits, check_text
+from lazymem.agent.recall import Recall
 from lazymem.agent.store import (
     MAX_ID,
     Derived,
-    NewMessage,
     Snapshot,
     Store,
     StoredMessage,
@@ -51,68 +50,15 @@ from lazymem.agent.store import (
     VectorKeys,
     open_store,
 )
+from lazymem.agent.user_state import UserState, as_message
 from lazymem.agent.vectors import Carried, for_export, for_import
-from lazymem.data.schema import History, Message, Question
+from lazymem.data.schema import History, Question
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
-from lazymem.methods.base import Context, MemoryBlock, Method
+from lazymem.methods.base import Context, Method
 from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
-
-
-@dataclass
-class Recall:
-    """What a query returns: the memory block the answer model would get and how it was made.
-
-    `messages` are the messages whose content reached the block, oldest first: their store `id`, `time`,
-    `role`, `session_id` and `text` as it appears in the block (the memory model's compression for
-    LazyMem, the message verbatim for retrieval-only methods). `tokens` counts the block with Qwen's
-    tokenizer; `timings` holds seconds per stage (`index`: refreshing the user's indexes, `retrieval`,
-    `processing` when the memory model ran, `total`).
-    """
-
-    text: str
-    style: str
-    messages: list[dict[str, Any]]
-    tokens: int
-    timings: dict[str, float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class _UserState:
-    """A user's retriever (its own embedding cache) and LLM roles (their own response cache), built at
-    one generation of the user's messages."""
-
-    def __init__(self, generation: int, retriever: HybridRetriever | None, llms):
-        self.generation, self.retriever, self.llms = generation, retriever, llms
-        # The user's messages as last read (a query reads only what was added since), and the same as
-        # retrieval's records, position by position; `warmed`: how many of them are known to be embedded.
-        self.stored: list[StoredMessage] = []
-        self.history: list[Message] = []
-        self.warmed = 0
-
-    @property
-    def messages(self) -> int:
-        """How many messages it holds, with their indexes: what its memory grows with."""
-        return len(self.stored)
-
-    @property
-    def last_id(self) -> int:
-        return self.stored[-1].id if self.stored else 0
-
-    def extend(self, new: Sequence[StoredMessage]) -> None:
-        start = len(self.stored)
-        self.stored.extend(new)
-        self.history.extend(_as_message(i, m) for i, m in enumerate(new, start))
-
-    def close(self) -> None:
-        if self.retriever is not None:
-            self.retriever.close()
-        if self.llms is not None:
-            self.llms.close()
 
 
 class Memory:
@@ -149,7 +95,7 @@ class Memory:
         self._registry = (
             ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
         )
-        self._users: OrderedDict[tuple[str, str], _UserState] = OrderedDict()
+        self._users: OrderedDict[tuple[str, str], UserState] = OrderedDict()
         # the generation of every user this process keeps derived data for (open or not): what `arefresh`
         # checks against the store
         self._held: dict[tuple[str, str], int] = {}
@@ -234,7 +180,7 @@ class Memory:
                 self._indexer,
                 for_import,
                 self.retriever,
-                [_as_message(0, m) for m in batch],
+                [as_message(0, m) for m in batch],
                 [m.get("vectors") for m in chunk],
                 lambda i: f"message {done + i}" + (f" ({batch[i].source})" if batch[i].source else ""),
             )
@@ -269,16 +215,8 @@ class Memory:
                 self._evict()
             asked = Question(uuid.uuid4().hex, "agent", question, "", history.id, date=now or _now())
             block = await self.method.build(asked, history, Context(state.retriever, state.llms))
-        texts = _block_texts(block, history)
-        from lazymem.tokens import count_tokens
-
-        return Recall(
-            text=block.text,
-            style=block.style,
-            messages=[_shown(stored[i], texts[i]) for i in block.shown if i in texts],
-            tokens=count_tokens(block.text),
-            timings={"index": index_s, **block.timings, "total": time.perf_counter() - start},
-        )
+        timings = {"index": index_s, **block.timings, "total": time.perf_counter() - start}
+        return Recall.of(block, stored, history, timings)
 
     async def aforget(
         self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT
@@ -460,7 +398,7 @@ class Memory:
         digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
         return self.dir / "users" / digest
 
-    async def _read(self, tenant: str, user_id: str) -> _UserState:
+    async def _read(self, tenant: str, user_id: str) -> UserState:
         """The user's open state with their messages read up to now (under the user's lock). An open state
         reads only what was added since its last read; a new one, or one whose generation is gone (a
         deletion since), reads them all."""
@@ -478,7 +416,7 @@ class Memory:
         state.extend(snapshot.messages)
         return state
 
-    async def _state(self, tenant: str, user_id: str, generation: int) -> _UserState:
+    async def _state(self, tenant: str, user_id: str, generation: int) -> UserState:
         """The user's open state at `generation`; one built at another generation (some of the user's
         messages were deleted since, maybe by another process) is dropped with its derived data first."""
         key = (tenant, user_id)
@@ -487,7 +425,7 @@ class Memory:
         state = self._users.get(key)
         if state is None:
             derived = self.store.derived(tenant, user_id, self._user_dir(tenant, user_id), generation)
-            state = self._users[key] = _UserState(
+            state = self._users[key] = UserState(
                 generation, self._user_retriever(derived), self._user_llms(derived)
             )
             self._held[key] = generation
@@ -524,7 +462,7 @@ class Memory:
             return None
 
         def keys(user_id: str, deleted: Sequence[StoredMessage]) -> Mapping | None:
-            messages = [_as_message(i, m) for i, m in enumerate(deleted)]
+            messages = [as_message(i, m) for i, m in enumerate(deleted)]
             into[user_id] = self.retriever.vector_keys(messages)
             return into[user_id]
 
@@ -540,7 +478,7 @@ class Memory:
         def read() -> list[Carried | None]:
             cache = derived.storage.embedding_cache()
             try:
-                messages = [_as_message(i, m) for i, m in enumerate(snapshot.messages)]
+                messages = [as_message(i, m) for i, m in enumerate(snapshot.messages)]
                 return for_export(self.retriever, cache, messages)
             finally:
                 cache.close()
@@ -599,22 +537,5 @@ def compose(overrides: Sequence[str] = ()):
         return hydra_compose("config", overrides=overrides)
 
 
-def _as_message(idx: int, m: StoredMessage | NewMessage) -> Message:
-    """A stored message as retrieval's record at position `idx`: what is indexed, what a deletion names
-    the vectors of, and what an import's carried vectors are checked against are made the same way."""
-    return Message(idx, m.session_id, m.time, m.role, m.text)
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _shown(m: StoredMessage, text: str) -> dict[str, Any]:
-    return {"id": m.id, "time": m.time, "role": m.role, "session_id": m.session_id, "text": text}
-
-
-def _block_texts(block: MemoryBlock, history: History) -> dict[int, str]:
-    """Each shown message's text as the block holds it: the memory model's compression where it rewrote
-    the message, else the message itself."""
-    texts = {i: block.compressed.get(i, history.messages[i].text).strip() for i in block.shown}
-    return {i: text for i, text in texts.items() if text}  # blank KEEP contents are not in the block

@@ -117,7 +117,10 @@ def test_truncated_and_missing_files(tmp_path):
     with pytest.raises(DataError, match=r"cut.json: the file is empty, expected JSON$"):
         longmemeval.load(path)
     path.write_text('[{"question_id": "q1", "question": "unterminated')
-    with pytest.raises(DataError, match=r"valid JSON at line 1, column 36: Unterminated string starting at$"):
+    cut_in_a_string = (
+        r"valid JSON at line 1, column 36: Unterminated string starting at \(the file looks truncated\)$"
+    )
+    with pytest.raises(DataError, match=cut_in_a_string):
         longmemeval.load(path)
     path.write_text(json.dumps({"questions": []}))
     with pytest.raises(DataError, match="expected a JSON list"):
