@@ -184,9 +184,12 @@ class Memory:
                 [m.get("vectors") for m in chunk],
                 lambda i: f"message {done + i}" + (f" ({batch[i].source})" if batch[i].source else ""),
             )
-        await asyncio.to_thread(self.store.add, tenant, user_id, batch)
-        if carried:
-            await self._store_vectors(tenant, user_id, carried)
+        if not carried:
+            await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+        else:  # under the user's lock: this process's indexer reads the batch only with its vectors
+            async with self._user_lock(tenant, user_id):
+                await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+                await self._store_vectors(tenant, user_id, carried)
         done += len(batch)
         if progress is not None:
             progress(done)
@@ -486,24 +489,23 @@ class Memory:
         return await asyncio.get_running_loop().run_in_executor(self._indexer, read)
 
     async def _store_vectors(self, tenant: str, user_id: str, carried: Mapping[str, dict]) -> None:
-        """Put imported vectors into the user's embedding cache, at the user's current generation (a forget
-        in between drops them: on a server database the rows refuse a write under an older generation)."""
-        async with self._user_lock(tenant, user_id):
-            known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
-            if (tenant, user_id) not in known:  # forgotten since the add
-                return
-            dir = self._user_dir(tenant, user_id)
-            derived = self.store.derived(tenant, user_id, dir, known[(tenant, user_id)])
+        """Put imported vectors into the user's embedding cache (under the user's lock), at the user's
+        current generation: on a server database the rows refuse a write under an older one."""
+        known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
+        if (tenant, user_id) not in known:  # forgotten since the add (by another process)
+            return
+        dir = self._user_dir(tenant, user_id)
+        derived = self.store.derived(tenant, user_id, dir, known[(tenant, user_id)])
 
-            def put() -> None:
-                cache = derived.storage.embedding_cache()
-                try:
-                    for model, items in carried.items():
-                        cache.put(model, items)
-                finally:
-                    cache.close()
+        def put() -> None:
+            cache = derived.storage.embedding_cache()
+            try:
+                for model, items in carried.items():
+                    cache.put(model, items)
+            finally:
+                cache.close()
 
-            await asyncio.get_running_loop().run_in_executor(self._indexer, put)
+        await asyncio.get_running_loop().run_in_executor(self._indexer, put)
 
     async def _drop_derived(self, tenant: str, user_id: str, keep_vectors_but: Mapping | None = None) -> None:
         """Close the user's state and delete its derived data here: all of it, or (`keep_vectors_but`:

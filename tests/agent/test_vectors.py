@@ -154,3 +154,49 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
             dict(line, id=m["id"], added=m["added"])
             for line, m in zip(lines, target.export("kim"), strict=True)
         ]
+
+
+def test_an_import_with_vectors_beside_a_running_indexer_embeds_no_message(tmp_path, monkeypatch):
+    """The service indexes in the background while an import streams in: each batch's vectors are in the
+    user's cache before this process's indexer can read the batch, even when the database is slow between
+    the batch's add and the write of its vectors."""
+    import asyncio
+    import time
+
+    from lazymem import Memory
+
+    texts = [f"Note {n}: I watered the plants." for n in range(400)]
+    common = ["method=rag", f"paths.cache={tmp_path}"]
+    with Memory.from_config([*common, f"agent.dir={tmp_path / 'source'}"]) as source:
+        source.add("kim", [{"role": "user", "text": t} for t in texts])
+        source.index_pending()
+        lines = [dict(m, source=f"dump:{n}") for n, m in enumerate(source.export("kim", vectors=True))]
+
+    with Memory.from_config([*common, f"agent.dir={tmp_path / 'target'}"]) as target:
+        encoded: list[str] = []
+        encoder = target.retriever.retrievers["dense"].encoder
+        real_encode = encoder.encode
+        monkeypatch.setattr(encoder, "encode", lambda texts: encoded.extend(texts) or real_encode(texts))
+        real_generations = target.store.generations
+        monkeypatch.setattr(
+            target.store, "generations", lambda users: time.sleep(0.05) or real_generations(users)
+        )
+
+        async def import_while_indexing() -> int:
+            done = asyncio.Event()
+
+            async def indexer() -> None:
+                while not done.is_set():
+                    await target.aindex_pending()
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(indexer())
+            try:
+                return await target.aimport("kim", lines, batch_size=20)
+            finally:
+                done.set()
+                await task
+
+        assert target._run(import_while_indexing()) == len(texts)
+        target.index_pending()
+        assert encoded == ["width"]
