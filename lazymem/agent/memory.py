@@ -32,7 +32,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -245,22 +245,35 @@ class Memory:
         """Every stored message of the user, oldest first (id, session_id, time, role, text, added). With
         `vectors`, each message the user's indexing has embedded also carries its vectors (lazymem/agent/
         vectors.py), which an import into a store of the same encoder reuses instead of embedding again."""
+        pages = self.aexport_pages(user_id, tenant=tenant, vectors=vectors, page=None)
+        return [message async for part in pages for message in part]
+
+    async def aexport_pages(
+        self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False, page: int | None = 1000
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """`aexport`, `page` messages at a time, each page read from the store when it is wanted, so an
+        export of any size holds one page in memory (`lazymem export` and the service's NDJSON export
+        stream it). A message deleted while an export runs may be in a page read before the deletion, and
+        one added may be in a later page. UnknownUser before the first page."""
         self.limits.check_ids(tenant, user_id)
-        if not (vectors and self.retriever is not None):
-            stored = (await asyncio.to_thread(self.store.snapshot, tenant, user_id)).messages
-            if not stored:
-                raise UnknownUser(user_id)
-            return [m.to_dict() for m in stored]
-        async with self._user_lock(tenant, user_id):  # a forget does not delete the vectors while read
-            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
+        after = 0
+        while True:
+            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id, after, page)
             if not snapshot.messages:
-                raise UnknownUser(user_id)
+                if not after:
+                    raise UnknownUser(user_id)
+                return
             out = [m.to_dict() for m in snapshot.messages]
-            found = await self._read_vectors(tenant, user_id, snapshot)
-        for message, carried in zip(out, found, strict=True):
-            if carried is not None:
-                message["vectors"] = carried
-        return out
+            if vectors and self.retriever is not None:
+                async with self._user_lock(tenant, user_id):  # a forget does not delete them while read
+                    found = await self._read_vectors(tenant, user_id, snapshot)
+                for message, carried in zip(out, found, strict=True):
+                    if carried is not None:
+                        message["vectors"] = carried
+            yield out
+            if page is None or len(out) < page:
+                return
+            after = snapshot.messages[-1].id
 
     async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
@@ -350,6 +363,18 @@ class Memory:
 
     def export(self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False):
         return self._run(self.aexport(user_id, tenant=tenant, vectors=vectors))
+
+    def export_pages(self, user_id: str, *, tenant: str = DEFAULT_TENANT, **kw) -> Iterator[list[dict]]:
+        pages = self.aexport_pages(user_id, tenant=tenant, **kw)
+
+        async def next_page() -> list[dict] | None:
+            return await anext(pages, None)
+
+        try:
+            while (part := self._run(next_page())) is not None:
+                yield part
+        finally:
+            self._run(pages.aclose())
 
     def purge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.apurge(older_than_days, tenant=tenant))

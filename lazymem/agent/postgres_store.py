@@ -164,13 +164,13 @@ class PostgresStore:
                 (claim.tenant, claim.user),
             )
 
-    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
+    def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
         with self.pool.connection() as conn:
             rows = conn.execute(  # one statement: the messages and the generation of one moment
                 "SELECT g.generation, m.id, m.session_id, m.time, m.role, m.text, m.added FROM generations g "
                 "LEFT JOIN messages m ON m.tenant = g.tenant AND m.user_id = g.user_id AND m.id > %s "
-                "WHERE g.tenant = %s AND g.user_id = %s ORDER BY m.id",
-                (after, tenant, user),
+                "WHERE g.tenant = %s AND g.user_id = %s ORDER BY m.id LIMIT %s",  # LIMIT NULL: no limit
+                (after, tenant, user, limit),
             ).fetchall()
         if not rows:
             return Snapshot(None, [])

@@ -7,7 +7,7 @@ and only ever reaches the users of that key's tenant:
   POST /v1/users/{user_id}/messages  {"messages": [{"role", "text", "time"?, "session_id"?}]} -> {"ids"}
   POST /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens, timings
   POST /v1/users/{user_id}/forget    {"message_ids"?: [...]} (none: all) -> {"deleted"}
-  GET  /v1/users/{user_id}/export    ?vectors=true? -> {"user_id", "messages"}
+  GET  /v1/users/{user_id}/export    ?vectors=true? ?format=ndjson? -> {"user_id", "messages"} (or NDJSON)
   POST /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?, "vectors"?) -> {"stored"}
   GET  /health
 
@@ -31,12 +31,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict
 
@@ -44,6 +44,7 @@ from lazymem.agent.background import Indexer, Maintenance, Refresh, Retention
 from lazymem.agent.memory import BadInput, Memory, compose
 from lazymem.agent.middleware import BodyLimit, ValidPath, log_config
 from lazymem.agent.store import UnknownMessages, UnknownUser
+from lazymem.agent.transfer import export_lines
 from lazymem.construct.processor import StageError
 
 log = logging.getLogger(__name__)
@@ -281,12 +282,27 @@ def create_app(
     async def forget(user_id: str, body: ForgetRequest, tenant: TenantName) -> ForgetReply:
         return ForgetReply(deleted=await memory.aforget(user_id, body.message_ids, tenant=tenant))
 
-    @app.get("/v1/users/{user_id}/export", response_model_exclude_none=True)
-    async def export(user_id: str, tenant: TenantName, vectors: bool = False) -> ExportReply:
+    @app.get("/v1/users/{user_id}/export", response_model=ExportReply, response_model_exclude_none=True)
+    async def export(
+        user_id: str, tenant: TenantName, vectors: bool = False, format: Literal["json", "ndjson"] = "json"
+    ):
         """The user's messages, oldest first; with `vectors=true` each embedded one carries its vectors,
-        which an import into a deployment of the same encoder stores instead of embedding again."""
-        messages = await memory.aexport(user_id, tenant=tenant, vectors=vectors)
-        return ExportReply(user_id=user_id, messages=messages)
+        which an import into a deployment of the same encoder stores instead of embedding again. With
+        `format=ndjson`, one message per line as `lazymem export` writes it (what the import endpoint
+        reads), streamed page by page: a user of any size in bounded memory."""
+        if format == "json":
+            messages = await memory.aexport(user_id, tenant=tenant, vectors=vectors)
+            return ExportReply(user_id=user_id, messages=messages)
+        pages = memory.aexport_pages(user_id, tenant=tenant, vectors=vectors)
+        first = await anext(pages)  # an unknown user is a 404 before anything is sent
+
+        async def lines():
+            part = first
+            while part is not None:
+                yield "".join(line + "\n" for line in export_lines(user_id, part))
+                part = await anext(pages, None)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     @app.post("/v1/users/{user_id}/import", openapi_extra=_NDJSON_BODY)
     async def import_(user_id: str, request: Request, tenant: TenantName) -> JSONResponse:
@@ -309,6 +325,9 @@ _NDJSON_BODY = {
     "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}
 }
 _IMPORT_FIELDS = {"role", "text", "time", "session_id", "source", "vectors"}
+# what an NDJSON export's lines also carry, ignored by an import: ids are new, retention counts from the
+# import, and the path names the user
+_EXPORT_ONLY_FIELDS = {"id", "added", "user_id"}
 
 
 async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):
@@ -342,10 +361,10 @@ def _ndjson_message(line: bytes, line_no: int) -> dict:
         raise BadInput(f"line {line_no} is not a JSON object") from None
     if not isinstance(message, dict):
         raise BadInput(f"line {line_no} is not a JSON object")
-    unknown = set(message) - _IMPORT_FIELDS
+    unknown = set(message) - _IMPORT_FIELDS - _EXPORT_ONLY_FIELDS
     if unknown:
         raise BadInput(f"line {line_no} has unknown fields {sorted(unknown)}")
-    return message
+    return {k: v for k, v in message.items() if k in _IMPORT_FIELDS}
 
 
 def serve(overrides: Sequence[str]) -> int:

@@ -126,12 +126,12 @@ class SQLiteStore:
                 (claim.tenant, claim.user),
             )
 
-    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
+    def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
         with self._lock, _transaction(self._conn, "BEGIN") as conn:
             rows = conn.execute(
                 f"SELECT {MESSAGE_COLUMNS} FROM messages "
-                "WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id",
-                (tenant, user, after),
+                "WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id LIMIT ?",
+                (tenant, user, after, -1 if limit is None else limit),  # LIMIT -1: no limit
             ).fetchall()
             generation = _generation(conn, tenant, user)
         return Snapshot(generation if rows or after else None, [StoredMessage(*row) for row in rows])

@@ -117,11 +117,11 @@ class Store(Protocol):
         the user is not stored again: its id is the stored one's."""
         ...
 
-    def snapshot(self, tenant: str, user: str, after: int = 0) -> Snapshot:
-        """The user's messages with an id above `after` (by default all) and the user's generation, read
-        together (one transaction). A tenant's ids grow in the order its adds commit, so a reader that
-        holds a user's messages up to id N at generation G has them all after reading `after=N`, as long
-        as the generation is still G (deletions change it)."""
+    def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
+        """The user's messages with an id above `after` (by default all; with `limit`, the oldest `limit`
+        of them) and the user's generation, read together (one transaction). A tenant's ids grow in the
+        order its adds commit, so a reader that holds a user's messages up to id N at generation G has them
+        all after reading `after=N`, as long as the generation is still G (deletions change it)."""
         ...
 
     def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -132,10 +132,10 @@ def main(command: str, argv: Sequence[str]) -> int:
     # retrieval-only: a retriever names the vectors, and no memory model is needed to store or read
     with Memory.from_config([*overrides, "method=rag"]) as memory:
         try:
-            if command == "export":
-                messages = memory.export(args.user, tenant=args.tenant, vectors=args.vectors)
-                for line in export_lines(args.user, messages):
-                    print(line)
+            if command == "export":  # page by page: a user of any size in bounded memory
+                for part in memory.export_pages(args.user, tenant=args.tenant, vectors=args.vectors):
+                    for line in export_lines(args.user, part):
+                        print(line)
             else:
                 _import(memory, args)
         except (BadInput, DataError, UnknownUser) as e:

@@ -74,6 +74,26 @@ def test_sync_and_async_forms(tmp_path):
             memory.export("kim")
 
 
+def test_an_export_reads_page_by_page_and_a_page_read_later_sees_a_forget(tmp_path):
+    from lazymem import Memory
+
+    with Memory.from_config(["method=full_history", f"agent.dir={tmp_path}"]) as memory:
+        ids = memory.add("kim", [{"role": "user", "text": t} for t in "abcde"])
+        assert [[m["text"] for m in part] for part in memory.export_pages("kim", page=2)] == [
+            ["a", "b"],
+            ["c", "d"],
+            ["e"],
+        ]
+        pages = memory.export_pages("kim", page=2)
+        first = next(pages)
+        memory.forget("kim", [ids[0], ids[3]])  # one in the page read, one in the next
+        later = [m["text"] for part in pages for m in part]
+        assert [m["text"] for m in first] == ["a", "b"] and later == ["c", "e"]
+        assert [m["id"] for m in memory.export("kim")] == [ids[1], ids[2], ids[4]]
+        with pytest.raises(UnknownUser):
+            next(memory.export_pages("nobody"))
+
+
 def test_the_extractive_gate_serves_as_agent_memory(tmp_path):
     """A method without LLM roles that reads the embedding cache from another thread than the indexer."""
     from lazymem import Memory

@@ -187,8 +187,14 @@ def test_an_export_with_vectors_imports_into_another_user_and_a_bad_vector_is_a_
     )
     assert c.get("/v1/users/vec-bad/export").status_code == 404
 
-    r = c.post("/v1/users/vec-dst/import", content="\n".join(body), headers=ndjson)
+    streamed = c.get("/v1/users/vec-src/export", params={"vectors": "true", "format": "ndjson"})
+    assert streamed.headers["content-type"].startswith("application/x-ndjson")
+    assert [json.loads(line) for line in streamed.text.splitlines()] == [
+        {"user_id": "vec-src", **m} for m in lines
+    ]
+    r = c.post("/v1/users/vec-dst/import", content=streamed.content, headers=ndjson)  # as exported
     assert r.status_code == 201 and r.json() == {"stored": 2}
+    assert c.get("/v1/users/nobody/export", params={"format": "ndjson"}).status_code == 404
     assert (
         "Tom" in c.post("/v1/users/vec-dst/query", json={"question": "What is my cat called?"}).json()["text"]
     )

@@ -46,3 +46,14 @@ def test_a_snapshot_after_an_id_reads_only_newer_messages_with_the_generation(an
     any_store.forget("t", "u")
     assert any_store.snapshot("t", "u", after=ids[-1]) == Snapshot(None, [])
     assert any_store.snapshot("t", "nobody", after=5) == Snapshot(None, [])
+
+
+def test_a_limited_snapshot_reads_the_oldest_messages_page_by_page(any_store):
+    ids = any_store.add("t", "u", [NewMessage("user", t, "t", "s") for t in "abcde"])
+    pages, after = [], 0
+    while page := any_store.snapshot("t", "u", after=after, limit=2).messages:
+        pages.append([m.text for m in page])
+        after = page[-1].id
+    assert pages == [["a", "b"], ["c", "d"], ["e"]]
+    assert any_store.snapshot("t", "u", limit=2).generation == any_store.snapshot("t", "u").generation
+    assert [m.id for m in any_store.snapshot("t", "u", after=ids[1], limit=None).messages] == ids[2:]
