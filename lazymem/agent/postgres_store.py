@@ -233,17 +233,19 @@ class PostgresStore:
             ]
             for user in users:
                 _lock_user(conn, tenant, user)
-            gone: dict[str, list[StoredMessage]] = {user: [] for user in users}
-            for user, *row in conn.execute(
-                f"DELETE FROM messages WHERE tenant = %s AND added < %s RETURNING user_id, {MESSAGE_COLUMNS}",
-                (tenant, before),
-            ).fetchall():
-                gone.setdefault(user, []).append(StoredMessage(*row))
-            for user, messages in gone.items():
-                _drop_derived(
-                    conn, tenant, user, None if vector_keys is None else vector_keys(user, messages)
-                )
-        return {user: len(messages) for user, messages in gone.items()}
+            counts = {}
+            for user in users:  # user by user: one user's deleted rows in memory at a time
+                gone = [
+                    StoredMessage(*row)
+                    for row in conn.execute(
+                        "DELETE FROM messages WHERE tenant = %s AND user_id = %s AND added < %s "
+                        f"RETURNING {MESSAGE_COLUMNS}",
+                        (tenant, user, before),
+                    ).fetchall()
+                ]
+                _drop_derived(conn, tenant, user, None if vector_keys is None else vector_keys(user, gone))
+                counts[user] = len(gone)
+        return counts
 
     def maintain(self) -> None:
         """After deletions: rewrite the tables that held the text (VACUUM FULL) and checkpoint, so no

@@ -164,21 +164,31 @@ class SQLiteStore:
     def purge(self, tenant: str, before: float, vector_keys: VectorKeys | None = None) -> dict[str, int]:
         with self._lock:
             with _transaction(self._conn) as conn:
-                gone: dict[str, list[StoredMessage]] = {}
-                for user, *row in conn.execute(
-                    f"SELECT user_id, {MESSAGE_COLUMNS} FROM messages "
-                    "WHERE tenant = ? AND added < ? ORDER BY id",
-                    (tenant, before),
-                ).fetchall():
-                    gone.setdefault(user, []).append(StoredMessage(*row))
-                conn.execute("DELETE FROM messages WHERE tenant = ? AND added < ?", (tenant, before))
-                for user, messages in gone.items():
+                users = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT DISTINCT user_id FROM messages WHERE tenant = ? AND added < ?",
+                        (tenant, before),
+                    ).fetchall()
+                ]
+                counts = {}
+                for user in users:  # user by user: one user's deleted rows in memory at a time
+                    where = "WHERE tenant = ? AND user_id = ? AND added < ?"
+                    gone = [
+                        StoredMessage(*row)
+                        for row in conn.execute(
+                            f"SELECT {MESSAGE_COLUMNS} FROM messages {where} ORDER BY id",
+                            (tenant, user, before),
+                        ).fetchall()
+                    ]
+                    conn.execute(f"DELETE FROM messages {where}", (tenant, user, before))
                     if vector_keys is not None:
-                        vector_keys(user, messages)
+                        vector_keys(user, gone)
                     _renew_generation(conn, tenant, user)
-            if gone:
+                    counts[user] = len(gone)
+            if counts:
                 self._truncate_wal()
-        return {user: len(messages) for user, messages in gone.items()}
+        return counts
 
     def maintain(self) -> None:
         """Nothing to do: secure_delete and the truncated WAL already leave no deleted text in the files."""

@@ -57,3 +57,24 @@ def test_a_limited_snapshot_reads_the_oldest_messages_page_by_page(any_store):
     assert pages == [["a", "b"], ["c", "d"], ["e"]]
     assert any_store.snapshot("t", "u", limit=2).generation == any_store.snapshot("t", "u").generation
     assert [m.id for m in any_store.snapshot("t", "u", after=ids[1], limit=None).messages] == ids[2:]
+
+
+def test_a_purge_names_each_users_deleted_messages_to_vector_keys_one_user_at_a_time(any_store):
+    import time
+
+    def new(*texts):
+        return [NewMessage("user", t, "t", "s") for t in texts]
+
+    any_store.add("t", "ann", new("a1", "a2"))
+    any_store.add("t", "bob", new("b1"))
+    any_store.add("other", "ann", new("elsewhere"))
+    cut = time.time() + 1
+    calls = []
+
+    def keys(user, deleted):
+        calls.append((user, sorted(m.text for m in deleted)))
+        return {}
+
+    assert any_store.purge("t", cut, vector_keys=keys) == {"ann": 2, "bob": 1}
+    assert sorted(calls) == [("ann", ["a1", "a2"]), ("bob", ["b1"])]
+    assert any_store.snapshot("t", "ann").messages == [] and len(any_store.snapshot("other", "ann").messages) == 1
