@@ -77,4 +77,7 @@ def test_a_purge_names_each_users_deleted_messages_to_vector_keys_one_user_at_a_
 
     assert any_store.purge("t", cut, vector_keys=keys) == {"ann": 2, "bob": 1}
     assert sorted(calls) == [("ann", ["a1", "a2"]), ("bob", ["b1"])]
-    assert any_store.snapshot("t", "ann").messages == [] and len(any_store.snapshot("other", "ann").messages) == 1
+    assert (
+        any_store.snapshot("t", "ann").messages == []
+        and len(any_store.snapshot("other", "ann").messages) == 1
+    )
