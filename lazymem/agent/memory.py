@@ -174,9 +174,9 @@ class Memory:
 
     async def _import_batch(self, tenant, user_id, chunk, done: int, progress) -> int:
         batch = self.limits.check_messages(chunk, _now(), first=done)
-        carried = {}
+        kept = {}  # the carried vectors this store would have made: {model: {key: vector}}
         if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
-            carried = await asyncio.get_running_loop().run_in_executor(
+            kept = await asyncio.get_running_loop().run_in_executor(
                 self._indexer,
                 for_import,
                 self.retriever,
@@ -184,12 +184,12 @@ class Memory:
                 [m.get("vectors") for m in chunk],
                 lambda i: f"message {done + i}" + (f" ({batch[i].source})" if batch[i].source else ""),
             )
-        if not carried:
+        if not kept:
             await asyncio.to_thread(self.store.add, tenant, user_id, batch)
         else:  # under the user's lock: this process's indexer reads the batch only with its vectors
             async with self._user_lock(tenant, user_id):
                 await asyncio.to_thread(self.store.add, tenant, user_id, batch)
-                await self._store_vectors(tenant, user_id, carried)
+                await self._store_vectors(tenant, user_id, kept)
         done += len(batch)
         if progress is not None:
             progress(done)
@@ -502,35 +502,40 @@ class Memory:
         if not self.store.derived_in_store and not dir.exists():  # a local folder not made yet: no vectors
             return [None] * len(snapshot.messages)
         derived = self.store.derived(tenant, user_id, dir, snapshot.generation)
+        messages = [as_message(i, m) for i, m in enumerate(snapshot.messages)]
+        return await self._on_embedding_cache(
+            derived, lambda cache: for_export(self.retriever, cache, messages)
+        )
 
-        def read() -> list[Carried | None]:
-            cache = derived.storage.embedding_cache()
-            try:
-                messages = [as_message(i, m) for i, m in enumerate(snapshot.messages)]
-                return for_export(self.retriever, cache, messages)
-            finally:
-                cache.close()
-
-        return await asyncio.get_running_loop().run_in_executor(self._indexer, read)
-
-    async def _store_vectors(self, tenant: str, user_id: str, carried: Mapping[str, dict]) -> None:
-        """Put imported vectors into the user's embedding cache (under the user's lock), at the user's
-        current generation: on a server database the rows refuse a write under an older one."""
+    async def _store_vectors(self, tenant: str, user_id: str, vectors: Mapping[str, dict]) -> None:
+        """Put imported vectors ({model: {key: vector}}) into the user's embedding cache (under the user's
+        lock), at the user's current generation: on a server database the rows refuse a write under an
+        older one."""
         known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
         if (tenant, user_id) not in known:  # forgotten since the add (by another process)
             return
-        dir = self._user_dir(tenant, user_id)
-        derived = self.store.derived(tenant, user_id, dir, known[(tenant, user_id)])
+        derived = self.store.derived(
+            tenant, user_id, self._user_dir(tenant, user_id), known[(tenant, user_id)]
+        )
 
-        def put() -> None:
+        def put(cache) -> None:
+            for model, items in vectors.items():
+                cache.put(model, items)
+
+        await self._on_embedding_cache(derived, put)
+
+    async def _on_embedding_cache(self, derived: Derived, work: Callable[[Any], Any]) -> Any:
+        """`work(cache)` on the user's embedding cache, opened and closed in the indexer thread (where the
+        caches' SQLite connections live)."""
+
+        def run() -> Any:
             cache = derived.storage.embedding_cache()
             try:
-                for model, items in carried.items():
-                    cache.put(model, items)
+                return work(cache)
             finally:
                 cache.close()
 
-        await asyncio.get_running_loop().run_in_executor(self._indexer, put)
+        return await asyncio.get_running_loop().run_in_executor(self._indexer, run)
 
     async def _drop_derived(self, tenant: str, user_id: str, keep_vectors_but: Mapping | None = None) -> None:
         """Close the user's state and delete its derived data here: all of it, or (`keep_vectors_but`:
