@@ -176,7 +176,7 @@ def run(args) -> dict:
             figures["rag_after_add"] = percentiles(times)
             figures.save()
             # the maintenance step after a forget (on PostgreSQL: VACUUM FULL of the tables, a checkpoint)
-            memory.forget("warm-up")
+            memory.forget_all("warm-up")
             t0 = time.perf_counter()
             memory.maintain()
             figures["maintain_s"] = time.perf_counter() - t0

@@ -97,7 +97,7 @@ def move(target: list[str], path: Path, vectors: bool) -> dict:
             for m in history.messages:
                 m.pop("vectors", None)
         t0 = time.perf_counter()
-        stored = memory.import_(history.user_id, history.messages, batch_size=1000)
+        stored = memory.import_(history.user_id, history.messages, batch_size=1000).stored
         imported = time.perf_counter() - t0
         t0 = time.perf_counter()
         memory.index_pending()

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -53,15 +54,24 @@ class Cluster:
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
 
-    def start(self) -> None:
-        if self.as_postgres:
-            shutil.chown(self.root, "postgres")
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "lazymem", "--no-sync")
+    def start(self, init: bool = True) -> None:
+        """Start the server; with `init`, create the cluster first (a start after `stop` passes False and
+        finds the data as it was)."""
+        if init:
+            if self.as_postgres:
+                shutil.chown(self.root, "postgres")
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "lazymem", "--no-sync")
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
 
     def stop(self) -> None:
+        """Stop the server at once, as a crash would (`start` recovers)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart(self) -> None:
+        """A crash and a start: every connection is dropped, the data stays."""
+        self.stop()
+        self.start(init=False)
 
     def dsn(self, db: str = "postgres") -> str:
         return f"postgresql://lazymem@127.0.0.1:{self.port}/{db}"
@@ -84,8 +94,11 @@ class Cluster:
         return found
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Cluster]:
+@contextmanager
+def new_cluster() -> Iterator[Cluster]:
+    """A started throwaway cluster, stopped (if it still runs) and deleted afterwards. It lives in a new
+    folder of the system's temporary directory: as root the server runs as `postgres`, which could not
+    reach a folder under pytest's tmp_path (its parents are private to root)."""
     bindir = _bindir()
     if bindir is None:
         message = "PostgreSQL server binaries not found (apt-get install postgresql; .ci/run does it)"
@@ -98,8 +111,24 @@ def postgres() -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        cluster.stop()
+        if (cluster.data / "postmaster.pid").exists():
+            cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One cluster for the whole run (each test takes its own database: `pg_dsn`)."""
+    with new_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[Cluster]:
+    """A cluster of the test's own, which it may `stop` and `start(init=False)` again (an outage, a
+    restart)."""
+    with new_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

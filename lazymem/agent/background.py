@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from lazymem.agent.memory import Memory
 
@@ -17,17 +17,23 @@ log = logging.getLogger(__name__)
 
 class Retention:
     """Purges every tenant that has `retention_days` every `every_s` seconds (at start-up first); after a
-    failure, tries again in `retry_s` seconds. `Maintenance` makes the deletions final in the files."""
+    failure, tries again in `retry_s` seconds. `Maintenance` makes the deletions final in the files.
+    `tenants()` is read every round, so keys reloaded on SIGHUP (a new tenant, a changed retention) count
+    from the next round on."""
 
-    def __init__(self, memory: Memory, tenants: Iterable, every_s: float, retry_s: float):
+    def __init__(self, memory: Memory, tenants: Callable[[], Iterable], every_s: float, retry_s: float):
         self.memory, self.every_s, self.retry_s = memory, every_s, retry_s
-        self.tenants = [t for t in tenants if t.retention_days is not None]
+        self._tenants = tenants
         self.last_success: float | None = None  # unix time the last round finished without an error
         self.failing: set[str] = set()  # tenants whose last purge failed
 
+    def tenants(self) -> list:
+        """The tenants with a retention limit, as the keys say now."""
+        return [t for t in self._tenants() if t.retention_days is not None]
+
     def status(self) -> dict:
         return {
-            "tenants": len(self.tenants),
+            "tenants": len(self.tenants()),
             "last_success": self.last_success,
             "failing_tenants": len(self.failing),
         }
@@ -40,7 +46,7 @@ class Retention:
     async def round(self) -> bool:
         """One purge of every tenant; whether every one succeeded."""
         ok = True
-        for tenant in self.tenants:
+        for tenant in self.tenants():
             try:
                 counts = await self.memory.apurge(tenant.retention_days, tenant=tenant.name)
             except Exception as e:  # noqa: BLE001 - logged, retried; the other tenants go on

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from psycopg_pool import ConnectionPool
+from psycopg import Connection
 
 from lazymem.llm.cache import canonical_json
 from lazymem.retrieval.base import UserStorage
@@ -23,14 +25,21 @@ EMBEDDING, LLM_REPLY = "embedding", "llm"
 
 
 class DerivedRows:
-    """The `derived` rows of one (tenant, user) at one generation."""
+    """The `derived` rows of one (tenant, user) at one generation. `connection`: the store's (a pooled
+    connection in a transaction; StoreUnavailable when the database cannot be reached)."""
 
-    def __init__(self, pool: ConnectionPool, tenant: str, user: str, generation: int):
-        self.pool, self.tenant, self.user, self.generation = pool, tenant, user, generation
+    def __init__(
+        self,
+        connection: Callable[[], AbstractContextManager[Connection]],
+        tenant: str,
+        user: str,
+        generation: int,
+    ):
+        self.connection, self.tenant, self.user, self.generation = connection, tenant, user, generation
         self.dropped = 0  # writes refused because the generation had moved on
 
     def get(self, kind: str, model: str, keys: list[str]) -> dict[str, bytes]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             rows = conn.execute(
                 "SELECT key, value FROM derived WHERE tenant = %s AND user_id = %s AND kind = %s "
                 "AND model = %s AND key = ANY(%s)",
@@ -40,7 +49,7 @@ class DerivedRows:
 
     def put(self, kind: str, model: str, items: dict[str, bytes]) -> bool:
         """Store `items` unless the user's generation moved on since these rows were opened."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(
                 "SELECT generation FROM generations WHERE tenant = %s AND user_id = %s FOR SHARE",
                 (self.tenant, self.user),

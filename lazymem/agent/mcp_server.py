@@ -1,79 +1,286 @@
-"""`lazymem mcp`: remember / recall / forget as Model Context Protocol tools over stdio.
+"""`lazymem mcp`: remember / recall / forget / forget_all as Model Context Protocol tools over stdio.
 
     lazymem mcp [overrides]       # e.g. method=rag agent.dir=~/.lazymem mcp.user=me
 
 An MCP client starts this as a subprocess (its stdout is the protocol channel, so nothing else may print
 there). The tools act on `mcp.user` of tenant `mcp.tenant` unless a call names another `user_id`.
+
+A tool takes exactly the arguments its input schema lists, each of exactly its JSON type: an unknown
+argument or a mistyped one (an id sent as "13", 12.0 or true) is refused, never dropped or coerced, so a
+misspelt argument cannot change what a call does (a `forget` that lost its ids must not forget everything).
+A tool error's text opens with its code, `[unknown_user] unknown user 'x': ...` (lazymem/agent/errors.py),
+and its structured content is `{"code", "message"}`.
+
+The server is the SDK's low-level `Server`: its handlers get a call's raw arguments (MCPServer's tools get
+them through a lax pydantic model that drops unknown names and parses the string "[4]" as a list: mcp
+2.3.0's mcp/server/mcpserver/utilities/func_metadata.py:146 and :256) and return the result as they build
+it (MCPServer puts "Error executing tool ..." before a tool error's text:
+mcp/server/mcpserver/tools/base.py:210).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+import anyio
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolRequestParams,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lazymem.agent.memory import BadInput, Memory, compose
-from lazymem.agent.store import UnknownMessages, UnknownUser
+from lazymem.agent.errors import AgentError, BadInput
+from lazymem.agent.memory import Memory, compose
+from lazymem.agent.settings import ConfigError, Settings
 
-_CALLER_ERRORS = (BadInput, UnknownUser, UnknownMessages)
+logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_USER = "Whose memory (default: the server's user, mcp.user)"
 
 
-def build_server(memory: Memory, tenant: str, default_user: str) -> MCPServer:
-    server = MCPServer(
+class _Arguments(BaseModel):
+    """A tool's arguments: no other names, and no coercion (strict: "13", 12.0 and true are not integers)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    # what to call instead when an argument is left out or null, for the refusal to say
+    if_absent: ClassVar[dict[str, str]] = {}
+
+
+class RememberArguments(_Arguments):
+    text: str = Field(description="The message, stored verbatim")
+    role: str = Field("user", description="Who said it, for example user or assistant")
+    time: str | None = Field(None, description="When it was said, as text (default: now)")
+    session_id: str | None = Field(None, description="The conversation it belongs to")
+    user_id: str | None = Field(None, description=_USER)
+    idempotency_key: str | None = Field(
+        None,
+        description="Makes a retry safe: the same key with the same message stores nothing new and returns "
+        "the first call's ids; the same key with another message is refused",
+    )
+
+
+class RecallArguments(_Arguments):
+    question: str = Field(description="What to recall memories for")
+    now: str | None = Field(None, description="When the question is asked, as text (default: now)")
+    user_id: str | None = Field(None, description=_USER)
+
+
+class ForgetArguments(_Arguments):
+    message_ids: list[int] = Field(description="The ids of the memories to delete (from remember or recall)")
+    user_id: str | None = Field(None, description=_USER)
+
+    if_absent: ClassVar[dict[str, str]] = {
+        "message_ids": "to delete every memory of the user, call forget_all"
+    }
+
+
+class ForgetAllArguments(_Arguments):
+    user_id: str | None = Field(None, description=_USER)
+
+
+@dataclass(frozen=True)
+class _Tool:
+    """One tool: its arguments, what it does with them (its docstring is the tool's description) and its
+    hints to the client."""
+
+    run: Callable[[Any], Awaitable[dict[str, Any]]]
+    arguments: type[_Arguments]
+    annotations: ToolAnnotations
+
+    @property
+    def name(self) -> str:
+        return self.run.__name__
+
+    def listing(self) -> Tool:
+        return Tool(
+            name=self.name,
+            description=inspect.getdoc(self.run),
+            input_schema=self.arguments.model_json_schema(),
+            annotations=self.annotations,
+        )
+
+    async def call(self, arguments: dict[str, Any]) -> CallToolResult:
+        try:
+            valid = self.arguments.model_validate(arguments)
+        except ValidationError as e:
+            return _error(_refused(self.name, self.arguments, e))
+        try:
+            result = await self.run(valid)
+        except AgentError as e:
+            return _error(e)
+        except Exception:  # a bug: its text may hold anything, so it stays in the server's log
+            logger.exception("tool %s failed", self.name)
+            return _error(AgentError(f"{self.name} failed; the server's log has the details"))
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(result))], structured_content=result
+        )
+
+
+def build_server(memory: Memory, tenant: str, default_user: str) -> Server:
+    def user(arguments: Any) -> str:
+        return default_user if arguments.user_id is None else arguments.user_id
+
+    async def remember(a: RememberArguments) -> dict[str, Any]:
+        """Store one message verbatim (role: who said it; time: when, as text, default now); its id. With an
+        idempotency_key, a retry stores nothing new and returns the same ids."""
+        message = {"role": a.role, "text": a.text, "time": a.time, "session_id": a.session_id}
+        ids = await memory.aadd(user(a), [message], tenant=tenant, idempotency_key=a.idempotency_key)
+        return {"ids": ids}
+
+    async def recall(a: RecallArguments) -> dict[str, Any]:
+        """The memory relevant to `question` (asked at `now`, default the current time): the memory block,
+        and the kept messages with their ids (for forget)."""
+        found = await memory.aquery(user(a), a.question, a.now, tenant=tenant)
+        return {"memory": found.text, "messages": found.messages, "tokens": found.tokens}
+
+    async def forget(a: ForgetArguments) -> dict[str, Any]:
+        """Delete the given memories by id, for good; how many. An id the user does not have deletes nothing
+        (unknown_messages). To delete every memory of the user, call forget_all."""
+        return {"deleted": await memory.aforget(user(a), a.message_ids, tenant=tenant)}
+
+    async def forget_all(a: ForgetAllArguments) -> dict[str, Any]:
+        """Delete every memory of the user, for good; how many."""
+        return {"deleted": await memory.aforget_all(user(a), tenant=tenant)}
+
+    # open_world_hint False: the tools touch this memory only. Deleting is idempotent: a second call deletes
+    # nothing more (it is refused: unknown_messages, unknown_user).
+    adds = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    deletes = ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    )
+    tools = {
+        tool.name: tool
+        for tool in (
+            _Tool(remember, RememberArguments, adds),
+            _Tool(recall, RecallArguments, reads),
+            _Tool(forget, ForgetArguments, deletes),
+            _Tool(forget_all, ForgetAllArguments, deletes),
+        )
+    }
+    listing = ListToolsResult(tools=[tool.listing() for tool in tools.values()])
+
+    async def list_tools(ctx: ServerRequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
+        return listing
+
+    async def call_tool(ctx: ServerRequestContext, params: CallToolRequestParams) -> CallToolResult:
+        tool = tools.get(params.name)
+        if tool is None:  # a protocol error, as the MCP spec's tools page has it
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}; the tools are {', '.join(tools)}")
+        return await tool.call(params.arguments or {})
+
+    return Server(
         "lazymem",
         instructions=(
             "Long-term memory. Call remember with anything worth keeping (it is stored verbatim, cheaply); "
-            "call recall with a question to get the relevant memories; forget deletes memories for good."
+            "call recall with a question to get the relevant memories; forget deletes the given memories for "
+            "good, forget_all every memory of the user."
         ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
     )
 
-    @server.tool()
-    async def remember(
-        text: str,
-        role: str = "user",
-        time: str | None = None,
-        session_id: str | None = None,
-        user_id: str | None = None,
-    ) -> dict[str, Any]:
-        """Store one message verbatim (role: who said it; time: when, as text, default now); its id."""
-        message = {"role": role, "text": text, "time": time, "session_id": session_id}
-        with _as_tool_error():
-            ids = await memory.aadd(user_id or default_user, [message], tenant=tenant)
-        return {"ids": ids}
 
-    @server.tool()
-    async def recall(question: str, now: str | None = None, user_id: str | None = None) -> dict[str, Any]:
-        """The memory relevant to `question` (asked at `now`, default the current time): the memory
-        block, and the kept messages with their ids (for forget)."""
-        with _as_tool_error():
-            found = await memory.aquery(user_id or default_user, question, now, tenant=tenant)
-        return {"memory": found.text, "messages": found.messages, "tokens": found.tokens}
-
-    @server.tool()
-    async def forget(message_ids: list[int] | None = None, user_id: str | None = None) -> dict[str, Any]:
-        """Delete the given memories by id, or every memory of the user when no ids are given."""
-        with _as_tool_error():
-            deleted = await memory.aforget(user_id or default_user, message_ids, tenant=tenant)
-        return {"deleted": deleted}
-
-    return server
+def _error(error: AgentError) -> CallToolResult:
+    """A tool error as the client gets it: the text `[code] message`, and `{"code", "message"}` as structured
+    content (which the SDK's client checks against no output schema on an error: mcp/client/session.py:1101).
+    """
+    text = f"[{error.code}] {error}"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content={"code": error.code, "message": str(error)},
+        is_error=True,
+    )
 
 
-@contextmanager
-def _as_tool_error() -> Iterator[None]:
-    """The caller's mistakes become tool errors (shown to the model); anything else stays a bug."""
-    try:
-        yield
-    except _CALLER_ERRORS as e:
-        raise ToolError(str(e)) from e
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "list_type": "a list"}
+_SHOWN = 3  # problems named in one refusal; a call may bring thousands
+
+
+def _refused(tool: str, model: type[_Arguments], error: ValidationError) -> BadInput:
+    """The refusal of arguments that are not `model`'s: the first problem of each argument (at most a few),
+    and the arguments the tool takes."""
+    problems: dict[str, str] = {}
+    for e in sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden"):  # unknown names first
+        name, *inside = e["loc"]
+        if name in problems:
+            continue
+        if e["type"] == "extra_forbidden":
+            problem = f"unknown argument {_short(json.dumps(name))}"
+        elif e["type"] == "missing":
+            problem = f"missing argument {json.dumps(name)}"
+        else:
+            expected = _EXPECTED.get(e["type"], e["msg"])
+            if not inside and model.model_fields[name].default is None:
+                expected += " or null"
+            where = name + "".join(f"[{i}]" for i in inside)
+            problem = f"{where} must be {expected}, not {_short(json.dumps(e['input']))}"
+        if name in model.if_absent and (e["type"] == "missing" or e["input"] is None):
+            problem += f" ({model.if_absent[name]})"
+        problems[name] = problem
+    shown = list(problems.values())
+    if len(shown) > _SHOWN:
+        shown[_SHOWN:] = [f"and {len(shown) - _SHOWN} more"]
+    takes = ", ".join(f"{n} (required)" if f.is_required() else n for n, f in model.model_fields.items())
+    return BadInput(f"{tool}: {'; '.join(shown)}. Its arguments: {takes}")
+
+
+def _short(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+async def serve_stdio(server: Server) -> None:
+    """Serve `server` over stdin and stdout. A line that is not a JSON-RPC message gets its JSON-RPC error
+    reply, written by the transport's own writer: the SDK's stdio transport passes such a line on as an
+    exception (mcp/server/stdio.py:191), which the server would only debug-log and drop
+    (mcp/shared/jsonrpc_dispatcher.py:555), leaving the client to wait for a reply forever."""
+    async with stdio_server() as (incoming, outgoing):
+        send, messages = anyio.create_memory_object_stream[SessionMessage](0)
+
+        async def sift() -> None:
+            async with send:
+                async for item in incoming:
+                    if isinstance(item, Exception):
+                        await outgoing.send(SessionMessage(_unreadable(item)))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(sift)
+            await server.run(messages, outgoing, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
+
+
+def _unreadable(error: Exception) -> JSONRPCError:
+    """The reply to a line the transport could not read (JSON-RPC 2.0, section 5.1): -32700 when it is not
+    JSON, -32600 when it is JSON but not a message; its id is null, as the line's id could not be read."""
+    if not isinstance(error, ValidationError) or any(e["type"] == "json_invalid" for e in error.errors()):
+        reply = ErrorData(code=PARSE_ERROR, message="Parse error: the line is not JSON")
+    else:
+        reply = ErrorData(code=INVALID_REQUEST, message="Invalid Request: the line is not a JSON-RPC message")
+    return JSONRPCError(jsonrpc="2.0", id=None, error=reply)
 
 
 def without_surrogates(line: bytes) -> bytes:
@@ -85,7 +292,7 @@ def without_surrogates(line: bytes) -> bytes:
     try:
         message = json.loads(line)
     except ValueError:
-        return line  # the SDK answers malformed JSON itself
+        return line  # not JSON: the transport refuses it, and serve_stdio answers with a parse error
 
     def clean(value):
         if isinstance(value, str):
@@ -116,12 +323,17 @@ def _guard_stdin() -> None:
 
 
 def main(overrides: Sequence[str]) -> int:
-    """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe."""
+    """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe. A bad setting
+    stops the start-up with one line on stderr naming the key."""
     cfg = compose(overrides)
-    memory = Memory.from_cfg(cfg)
+    try:
+        settings = Settings.from_cfg(cfg)
+    except ConfigError as e:
+        raise SystemExit(f"lazymem mcp: {e}") from None
+    memory = Memory.from_cfg(cfg, settings)
     _guard_stdin()
     try:
-        build_server(memory, cfg.mcp.tenant, cfg.mcp.user).run("stdio")
+        anyio.run(serve_stdio, build_server(memory, settings.mcp.tenant, settings.mcp.user))
     finally:
         memory.close()
     return 0

@@ -4,7 +4,7 @@
     memory = Memory.from_config(["llm=cpu"])            # the same Hydra configs as the experiments
     memory.add("alice", [{"role": "user", "text": "I moved to Lyon in May."}])
     recall = memory.query("alice", "Where do I live?")  # recall.text: what the answer model would read
-    memory.forget("alice")                               # every message, and everything derived from them
+    memory.forget_all("alice")                           # every message, and everything derived from them
 
 A query runs the configured method (conf/method/, LazyMem by default; `method=rag` is retrieval only)
 through the same retrieval and memory model as a benchmark run. Adding a message only writes it to the
@@ -25,6 +25,7 @@ form per Memory object (the sync form runs the async one on a private event loop
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import shutil
 import threading
@@ -34,19 +35,29 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lazymem.agent.inputs import BadInput, Limits, check_text
+from lazymem.agent.errors import BadInput, UnknownUser
+from lazymem.agent.inputs import (
+    IMPORT_FIELDS,
+    Limits,
+    check_key,
+    check_message_ids,
+    check_text,
+    request_digest,
+)
 from lazymem.agent.recall import Recall
+from lazymem.agent.settings import Settings
 from lazymem.agent.store import (
-    MAX_ID,
     Derived,
+    Idempotency,
+    Readiness,
     Snapshot,
     Store,
     StoredMessage,
-    UnknownUser,
     VectorKeys,
     open_store,
 )
@@ -59,6 +70,28 @@ from lazymem.retrieval.base import UserStorage
 from lazymem.retrieval.hybrid import HybridRetriever
 
 DEFAULT_TENANT = "default"
+STORE_THREADS = 64  # store calls at once: those over the store's own pool wait in its queue, bounded
+_REQUIRED: Any = object()  # forget's message_ids when the caller gave none
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import did: messages written, and messages skipped as already stored (an earlier import of
+    the same source)."""
+
+    stored: int = 0
+    skipped: int = 0
+
+    def __add__(self, other: Imported) -> Imported:
+        return Imported(self.stored + other.stored, self.skipped + other.skipped)
+
+
+class ImportStopped(BadInput):
+    """A bad message stopped an import; `imported` says what the import had done before it (kept)."""
+
+    def __init__(self, reason: str, imported: Imported):
+        super().__init__(f"{reason} ({_stored_before(imported)})")
+        self.reason, self.imported, self.stored = reason, imported, imported.stored
 
 
 class Memory:
@@ -105,6 +138,9 @@ class Memory:
         # Embedding runs in this one thread: it is CPU-bound, and the embedding caches' SQLite connections
         # must stay in the thread that opened them.
         self._indexer = ThreadPoolExecutor(1, thread_name_prefix="lazymem-index")
+        # Store calls run in threads of their own: one waiting for the database (up to agent.store.wait_s)
+        # must not hold up the calls behind it, as it would in asyncio's default executor (cores + 4)
+        self._store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="lazymem-store")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         if store.derived_in_store:
@@ -117,21 +153,23 @@ class Memory:
         return cls.from_cfg(compose(overrides))
 
     @classmethod
-    def from_cfg(cls, cfg) -> Memory:
-        """From a composed config: `method`, `retrieval`, `llm` and the `agent` block."""
+    def from_cfg(cls, cfg, settings: Settings | None = None) -> Memory:
+        """From a composed config: `method`, `retrieval`, `llm` and the `agent` block, whose values are
+        checked first (`settings`, when the caller checked them already): a bad one is a ConfigError naming
+        its key."""
         from hydra.utils import instantiate
         from omegaconf import OmegaConf
 
-        agent = cfg.agent
+        agent = (settings or Settings.from_cfg(cfg)).agent
         method = instantiate(cfg.method)
         retriever = instantiate(cfg.retrieval) if method.needs_retrieval else None
         return cls(
-            open_store(agent.store, agent.dir),
+            open_store(dataclasses.asdict(agent.store), agent.dir),
             method,
             retriever,
             OmegaConf.to_container(cfg.llm, resolve=True),
             agent.dir,
-            Limits(**agent.limits),
+            agent.limits,
             agent.max_open_users,
             agent.max_open_messages,
         )
@@ -139,13 +177,24 @@ class Memory:
     # ---- async API
 
     async def aadd(
-        self, user_id: str, messages: Sequence[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT
+        self,
+        user_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
     ) -> list[int]:
         """Store messages (each: `role`, `text`, optional `time` and `session_id`); their ids. No model
-        runs: the batch is validated and written in one transaction, whole or not at all."""
+        runs: the batch is validated and written in one transaction, whole or not at all. With an
+        `idempotency_key`, a retry of the same add (same key, same messages) returns the first add's ids
+        and stores nothing, for `agent.store.idempotency_ttl_s`; the same key with other messages is an
+        IdempotencyConflict."""
         self.limits.check_ids(tenant, user_id)
+        key = check_key("idempotency_key", idempotency_key, self.limits.max_id_chars)
         batch = self.limits.check_messages(messages, _now())
-        return await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+        idempotency = None if key is None else Idempotency(key, request_digest(messages))
+        added = await self._on_store(self.store.add, tenant, user_id, batch, idempotency)
+        return added.ids
 
     async def aimport(
         self,
@@ -153,46 +202,56 @@ class Memory:
         messages: Iterable[Mapping[str, Any]],
         *,
         tenant: str = DEFAULT_TENANT,
-        batch_size: int = 100,
+        batch_size: int | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Store a long history in batches (each one transaction, `aadd`'s checks); how many messages.
-        Give each message a `source` (its position in the file it came from): a second import of the same
-        source, e.g. after a crash, then skips what is stored instead of storing it twice. `progress` gets
-        the count so far after each batch."""
+        where: Callable[[int], str] | None = None,
+    ) -> Imported:
+        """Store a long history in batches (each one transaction, `aadd`'s checks); how many messages were
+        stored and how many skipped. A message may also carry `source` (a key of its place in what it came
+        from), `aliases` (older keys of the same place) and `vectors` (from an export). A second import of
+        the same source, e.g. after a crash, skips what is stored instead of storing it twice. Batches hold
+        `batch_size` messages (default and bound: agent.limits.max_messages_per_add). `progress`
+        gets the count of messages done after each batch; `where(n)` names the n-th message (from 0) in
+        an error (default "message n+1"). A bad message raises ImportStopped, which says what was stored
+        before it: the batches before it are kept, its own batch is not."""
         self.limits.check_ids(tenant, user_id)
-        size = max(1, min(batch_size, self.limits.max_messages_per_add))
-        done, chunk = 0, []
+        size = max(1, min(batch_size or self.limits.max_messages_per_add, self.limits.max_messages_per_add))
+        where = where or (lambda n: f"message {n + 1}")
+        done, chunk = Imported(), []
         for message in messages:
             chunk.append(message)
             if len(chunk) == size:
-                done = await self._import_batch(tenant, user_id, chunk, done, progress)
+                done = await self._import_batch(tenant, user_id, chunk, done, progress, where)
                 chunk = []
         if chunk:
-            done = await self._import_batch(tenant, user_id, chunk, done, progress)
+            done = await self._import_batch(tenant, user_id, chunk, done, progress, where)
         return done
 
-    async def _import_batch(self, tenant, user_id, chunk, done: int, progress) -> int:
-        batch = self.limits.check_messages(chunk, _now(), first=done)
-        kept = {}  # the carried vectors this store would have made: {model: {key: vector}}
-        if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
-            kept = await asyncio.get_running_loop().run_in_executor(
-                self._indexer,
-                for_import,
-                self.retriever,
-                [as_message(0, m) for m in batch],
-                [m.get("vectors") for m in chunk],
-                lambda i: f"message {done + i}" + (f" ({batch[i].source})" if batch[i].source else ""),
-            )
+    async def _import_batch(self, tenant, user_id, chunk, done: Imported, progress, where) -> Imported:
+        first = done.stored + done.skipped
+        try:
+            batch = self.limits.check_messages(chunk, _now(), first, IMPORT_FIELDS, where)
+            kept = {}  # the carried vectors this store would have made: {model: {key: vector}}
+            if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
+                kept = await asyncio.get_running_loop().run_in_executor(
+                    self._indexer,
+                    for_import,
+                    self.retriever,
+                    [as_message(0, m) for m in batch],
+                    [m.get("vectors") for m in chunk],
+                    lambda i: where(first + i),
+                )
+        except BadInput as e:
+            raise ImportStopped(str(e), done) from None
         if not kept:
-            await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+            added = await self._on_store(self.store.add, tenant, user_id, batch)
         else:  # under the user's lock: this process's indexer reads the batch only with its vectors
             async with self._user_lock(tenant, user_id):
-                await asyncio.to_thread(self.store.add, tenant, user_id, batch)
+                added = await self._on_store(self.store.add, tenant, user_id, batch)
                 await self._store_vectors(tenant, user_id, kept)
-        done += len(batch)
+        done += Imported(added.stored, added.skipped)
         if progress is not None:
-            progress(done)
+            progress(done.stored + done.skipped)
         return done
 
     async def aquery(
@@ -222,22 +281,37 @@ class Memory:
         return Recall.of(block, stored, history, timings)
 
     async def aforget(
-        self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT
+        self, user_id: str, message_ids: Iterable[int] = _REQUIRED, *, tenant: str = DEFAULT_TENANT
     ) -> int:
-        """Delete the given messages (or all of the user's) and everything derived from the user's
-        messages; how many messages were deleted. Unknown ids delete nothing (UnknownMessages)."""
+        """Delete the given messages (any iterable of ids) and what was derived from them; how many were
+        deleted. Unknown ids delete nothing (UnknownMessages); no ids delete nothing and change nothing.
+        Deleting every message of a user is `aforget_all`, never a missing argument."""
         self.limits.check_ids(tenant, user_id)
-        if message_ids is not None and not all(type(i) is int and 0 < i <= MAX_ID for i in message_ids):
-            raise BadInput(f"message_ids must be integers from 1 to {MAX_ID}")
+        ids = check_message_ids(None if message_ids is _REQUIRED else message_ids)
+        return await self._forget(tenant, user_id, ids)
+
+    async def aforget_all(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        """Delete every message of the user, everything derived from them and the user's idempotency keys;
+        how many messages were deleted."""
+        self.limits.check_ids(tenant, user_id)
+        return await self._forget(tenant, user_id, None)
+
+    async def _forget(self, tenant: str, user_id: str, ids: list[int] | None) -> int:
         async with self._user_lock(tenant, user_id):
-            known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
+            known = await self._on_store(self.store.generations, [(tenant, user_id)])
             if not known:  # one row looked up, not the user's whole history read
                 raise UnknownUser(user_id)
+            if ids == []:
+                return 0
             dropped: dict[str, Mapping | None] = {}
-            keys = None if message_ids is None else self._vector_keys(dropped)
-            deleted = await asyncio.to_thread(self.store.forget, tenant, user_id, message_ids, keys)
+            keys = None if ids is None else self._vector_keys(dropped)
+            deleted = await self._on_store(self.store.forget, tenant, user_id, ids, keys)
             await self._drop_derived(tenant, user_id, dropped.get(user_id))
         return deleted
+
+    async def aready(self) -> Readiness:
+        """Whether the store answers now, with the indexing backlog (StoreUnavailable when it does not)."""
+        return await self._on_store(self.store.ready)
 
     async def aexport(
         self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False
@@ -258,7 +332,7 @@ class Memory:
         self.limits.check_ids(tenant, user_id)
         after = 0
         while True:
-            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id, after, page)
+            snapshot = await self._on_store(self.store.snapshot, tenant, user_id, after, page)
             if not snapshot.messages:
                 if not after:
                     raise UnknownUser(user_id)
@@ -284,7 +358,7 @@ class Memory:
             raise BadInput("older_than_days must be >= 0")
         dropped: dict[str, Mapping | None] = {}
         before = time.time() - older_than_days * 86400
-        counts = await asyncio.to_thread(self.store.purge, tenant, before, self._vector_keys(dropped))
+        counts = await self._on_store(self.store.purge, tenant, before, self._vector_keys(dropped))
         for user_id in counts or ():
             async with self._user_lock(tenant, user_id):  # after any query still using the old messages
                 await self._drop_derived(tenant, user_id, dropped.get(user_id))
@@ -297,9 +371,9 @@ class Memory:
         run in between: it embeds whatever is still missing itself. The service runs this in the
         background (serve.index_every_s); a script may call it after a bulk add."""
         users = 0
-        while (claim := await asyncio.to_thread(self.store.claim_pending, lease_s)) is not None:
+        while (claim := await self._on_store(self.store.claim_pending, lease_s)) is not None:
             if await self._index_claim(claim, chunk):
-                await asyncio.to_thread(self.store.finish, claim)
+                await self._on_store(self.store.finish, claim)
             users += 1
         return users
 
@@ -331,13 +405,13 @@ class Memory:
 
     async def amaintain(self) -> None:
         """Make past deletions final in the store's files (on PostgreSQL: VACUUM FULL and a checkpoint)."""
-        await asyncio.to_thread(self.store.maintain)
+        await self._on_store(self.store.maintain)
 
     async def arefresh(self) -> int:
         """Drop what this process derived for users whose messages another process (a replica) deleted
         since; how many users that was. Queries check this themselves; this frees the rest at once."""
         held = dict(self._held)
-        current = await asyncio.to_thread(self.store.generations, list(held))
+        current = await self._on_store(self.store.generations, list(held))
         stale = [key for key, generation in held.items() if current.get(key) != generation]
         for tenant, user_id in stale:
             async with self._user_lock(tenant, user_id):
@@ -347,8 +421,15 @@ class Memory:
 
     # ---- sync API
 
-    def add(self, user_id: str, messages: Sequence[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT):
-        return self._run(self.aadd(user_id, messages, tenant=tenant))
+    def add(
+        self,
+        user_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+    ) -> list[int]:
+        return self._run(self.aadd(user_id, messages, tenant=tenant, idempotency_key=idempotency_key))
 
     def import_(
         self, user_id: str, messages: Iterable[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT, **kw
@@ -358,8 +439,14 @@ class Memory:
     def query(self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.aquery(user_id, question, now, tenant=tenant))
 
-    def forget(self, user_id: str, message_ids: Sequence[int] | None = None, *, tenant: str = DEFAULT_TENANT):
+    def forget(self, user_id: str, message_ids: Iterable[int] = _REQUIRED, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.aforget(user_id, message_ids, tenant=tenant))
+
+    def forget_all(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        return self._run(self.aforget_all(user_id, tenant=tenant))
+
+    def ready(self) -> Readiness:
+        return self._run(self.aready())
 
     def export(self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False):
         return self._run(self.aexport(user_id, tenant=tenant, vectors=vectors))
@@ -391,6 +478,7 @@ class Memory:
         for state in states:
             self._indexer.submit(state.close).result()
         self._indexer.shutdown()
+        self._store_threads.shutdown()
         if self._registry is not None:
             self._registry.close()
         self.store.close()
@@ -412,6 +500,9 @@ class Memory:
                 threading.Thread(target=self._loop.run_forever, name="lazymem-memory", daemon=True).start()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    async def _on_store(self, call: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._store_threads, call, *args)
+
     def _user_lock(self, tenant: str, user_id: str) -> asyncio.Lock:
         """One query or forget at a time per user, so a forget never races a query that would write
         derived data of the forgotten messages after it."""
@@ -432,12 +523,12 @@ class Memory:
         deletion since), reads them all."""
         old = self._users.get((tenant, user_id))
         after = old.last_id if old is not None else 0
-        snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id, after)
+        snapshot = await self._on_store(self.store.snapshot, tenant, user_id, after)
         if snapshot.generation is None:
             raise UnknownUser(user_id)
         state = await self._state(tenant, user_id, snapshot.generation)
         if state is not old and after:  # the open state went while only the new messages were read
-            snapshot = await asyncio.to_thread(self.store.snapshot, tenant, user_id)
+            snapshot = await self._on_store(self.store.snapshot, tenant, user_id)
             if snapshot.generation is None:
                 raise UnknownUser(user_id)
             state = await self._state(tenant, user_id, snapshot.generation)
@@ -511,7 +602,7 @@ class Memory:
         """Put imported vectors ({model: {key: vector}}) into the user's embedding cache (under the user's
         lock), at the user's current generation: on a server database the rows refuse a write under an
         older one."""
-        known = await asyncio.to_thread(self.store.generations, [(tenant, user_id)])
+        known = await self._on_store(self.store.generations, [(tenant, user_id)])
         if (tenant, user_id) not in known:  # forgotten since the add (by another process)
             return
         derived = self.store.derived(
@@ -548,7 +639,7 @@ class Memory:
             await loop.run_in_executor(self._indexer, state.close)
         dir = self._user_dir(tenant, user_id)
         trim = keep_vectors_but is not None and not self.store.derived_in_store and dir.exists()
-        if trim and await asyncio.to_thread(self.store.generations, [(tenant, user_id)]):  # messages left
+        if trim and await self._on_store(self.store.generations, [(tenant, user_id)]):  # messages left
             await loop.run_in_executor(self._indexer, UserStorage(dir).keep_vectors, keep_vectors_but)
         else:
             await asyncio.to_thread(shutil.rmtree, dir, True)
@@ -567,6 +658,11 @@ def compose(overrides: Sequence[str] = ()):
         overrides.insert(0, "+agent=default")
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         return hydra_compose("config", overrides=overrides)
+
+
+def _stored_before(done: Imported) -> str:
+    skipped = f", {done.skipped} skipped as already stored" if done.skipped else ""
+    return f"{done.stored} messages of this import stored before it{skipped}"
 
 
 def _now() -> str:

@@ -4,140 +4,74 @@
 
 Endpoints (OpenAPI page at /docs, schema at /openapi.json); every /v1 call needs `Authorization: Bearer KEY`
 and only ever reaches the users of that key's tenant:
-  POST /v1/users/{user_id}/messages  {"messages": [{"role", "text", "time"?, "session_id"?}]} -> {"ids"}
-  POST /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens, timings
-  POST /v1/users/{user_id}/forget    {"message_ids"?: [...]} (none: all) -> {"deleted"}
-  GET  /v1/users/{user_id}/export    ?vectors=true? ?format=ndjson? -> {"user_id", "messages"} (or NDJSON)
-  POST /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?, "vectors"?) -> {"stored"}
-  GET  /health
+  POST   /v1/users/{user_id}/messages  {"messages": [{"role", "text", "time"?, "session_id"?}]} -> {"ids"}
+                                       (header Idempotency-Key?: a retry with it is stored once)
+  POST   /v1/users/{user_id}/query     {"question", "now"?} -> the memory block, kept messages, tokens,
+                                       timings
+  POST   /v1/users/{user_id}/forget    {"message_ids": [...]} -> {"deleted"}
+  DELETE /v1/users/{user_id}           every message of the user -> {"deleted"}
+  GET    /v1/users/{user_id}/export    ?vectors=true? ?format=ndjson? -> {"user_id", "messages"} (or NDJSON)
+  POST   /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?, "vectors"?) -> {"stored"}
+  GET    /health (liveness: the process answers), GET /ready (readiness: the store answers, 503 if not)
+
+Every error is `{"code", "detail"}` with one code per kind of error (lazymem/agent/errors.py, the same codes
+as the Python exceptions and the MCP tool errors); a 503 `store_unavailable` carries Retry-After.
 
 Keys come from `serve.keys_file` (YAML, tenant -> keys and retention) and the environment variable named
-by `serve.keys_env`; they are held only as sha256 digests and never logged: access log lines carry the
-path without its query string, wherever a client put a key. Questions travel in POST bodies, so no message
-text or question reaches an access log line. A tenant's `retention_days` is enforced by a purge at
-start-up and every `serve.purge_every_s`, and the store's maintenance step (which makes deletions final
-in its files) runs every `serve.maintain_every_s` (lazymem/agent/background.py); /health says when each
-last succeeded.
+by `serve.keys_env` (lazymem/agent/tenants.py; SIGHUP reads them again); no log line carries one, wherever
+a client put it (lazymem/agent/middleware.py). Questions travel in POST bodies, so no message text or
+question reaches an access log line. Settings are checked once at start-up (lazymem/agent/settings.py), and
+uvicorn runs with a request-head timeout and refuses ambiguous framing (lazymem/agent/http_server.py).
+A tenant's `retention_days` is enforced by a purge at start-up and every `serve.purge_every_s`, and the
+store's maintenance step (which makes deletions final in its files) runs every `serve.maintain_every_s`
+(lazymem/agent/background.py); /health says when each last succeeded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import dataclasses
 import json
 import logging
-import os
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lazymem.agent import http_server
 from lazymem.agent.background import Indexer, Maintenance, Refresh, Retention
-from lazymem.agent.memory import BadInput, Memory, compose
-from lazymem.agent.middleware import BodyLimit, ValidPath, log_config
-from lazymem.agent.store import UnknownMessages, UnknownUser
+from lazymem.agent.errors import AgentError, BadInput, ModelFailed, StoreUnavailable
+from lazymem.agent.memory import ImportStopped, Memory, compose
+from lazymem.agent.middleware import BodyLimit, ValidPath
+from lazymem.agent.settings import ConfigError, Settings
+from lazymem.agent.tenants import Tenants
 from lazymem.agent.transfer import export_lines
 from lazymem.construct.processor import StageError
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Tenant:
-    name: str
-    retention_days: float | None = None
-
-
-class Tenants:
-    """API keys -> tenants. Keys are kept as sha256 digests only."""
-
-    def __init__(self, keys: dict[str, Tenant]):
-        self._by_digest = {_digest(k): t for k, t in keys.items()}
-        self.all = {t.name: t for t in keys.values()}
-
-    def __len__(self) -> int:
-        return len(self._by_digest)
-
-    def lookup(self, key: str) -> Tenant | None:
-        return self._by_digest.get(_digest(key))
-
-    @classmethod
-    def load(cls, keys_file: str | None, keys_env: str | None, retention_days: float | None) -> Tenants:
-        """From a YAML file (`TENANT: {keys: [KEY, ...], retention_days: N}`) and the environment variable
-        `keys_env` ("KEY=TENANT,KEY=TENANT", retention `retention_days`); a key named twice is an error."""
-        keys: dict[str, Tenant] = {}
-
-        def put(key: str, tenant: Tenant, where: str) -> None:
-            if not key or key in keys:
-                raise ValueError(f"{where}: an empty or repeated API key (for tenant {tenant.name!r})")
-            keys[key] = tenant
-
-        if keys_file:
-            data = yaml.safe_load(Path(keys_file).read_text()) or {}
-            if not isinstance(data, dict):
-                raise ValueError(f"{keys_file}: expected a mapping TENANT -> {{keys: [...], retention_days}}")
-            for name, entry in data.items():
-                where = f"{keys_file}: tenant {name!r}"
-                if not isinstance(name, str) or not name.strip():
-                    raise ValueError(f"{keys_file}: tenant names must be non-empty strings, got {name!r}")
-                if not isinstance(entry, dict) or not isinstance(entry.get("keys"), list):
-                    raise ValueError(f"{where} needs a list `keys`")
-                unknown = set(entry) - {"keys", "retention_days"}
-                if unknown:
-                    raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
-                days = check_retention(
-                    entry.get("retention_days", retention_days), f"{where}, retention_days"
-                )
-                tenant = Tenant(name, days)
-                for n, key in enumerate(entry["keys"]):
-                    if not isinstance(key, str):
-                        raise ValueError(f"{where}, keys[{n}]: a key must be a string")
-                    put(key, tenant, keys_file)
-        env_pairs = list(filter(None, os.environ.get(keys_env or "", "").split(",")))
-        if env_pairs:
-            retention_days = check_retention(retention_days, "agent.retention_days")
-        for pair in env_pairs:
-            key, sep, name = pair.strip().partition("=")
-            if not sep or not name:
-                raise ValueError(f"${keys_env}: expected KEY=TENANT pairs separated by commas")
-            put(key, Tenant(name, retention_days), f"${keys_env}")
-        return cls(keys)
-
-
-def check_retention(days: Any, where: str) -> float | None:
-    """Days to keep messages: a number >= 0, or None (forever). A bad value refuses the start-up: the purge
-    would otherwise fail on it later, for every tenant."""
-    if days is None:
-        return None
-    if isinstance(days, bool) or not isinstance(days, (int, float)) or not days >= 0:
-        raise ValueError(f"{where}: expected a number of days >= 0 (or null: keep forever), got {days!r}")
-    return float(days)
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 # ---- request and reply bodies (the OpenAPI schema)
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Request bodies: unknown fields refused, nothing coerced ("13" is not an id, 12 is not a text)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MessageIn(_Body):
-    role: str
-    text: str
-    time: str | None = None
-    session_id: str | None = None
+    role: StrictStr
+    text: StrictStr
+    time: StrictStr | None = None
+    session_id: StrictStr | None = None
 
 
 class AddRequest(_Body):
@@ -149,8 +83,8 @@ class AddReply(BaseModel):
 
 
 class QueryRequest(_Body):
-    question: str
-    now: str | None = None
+    question: StrictStr
+    now: StrictStr | None = None
 
 
 class RecalledMessage(BaseModel):
@@ -170,7 +104,7 @@ class QueryReply(BaseModel):
 
 
 class ForgetRequest(_Body):
-    message_ids: list[int] | None = None
+    message_ids: list[StrictInt]
 
 
 class ForgetReply(BaseModel):
@@ -188,6 +122,24 @@ class ExportReply(BaseModel):
     messages: list[StoredMessageOut]
 
 
+class ErrorReply(BaseModel):
+    code: str
+    detail: str
+
+
+class ReadyReply(BaseModel):
+    status: str
+    backlog: int
+    oldest_pending_s: float | None
+    oldest_claim_s: float | None
+
+
+# the error replies of the /v1 routes, in the OpenAPI schema
+_ERRORS = {status: {"model": ErrorReply} for status in (400, 401, 404, 409, 413, 502, 503)}
+# what a route-level HTTP status means, as an error code
+_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
 _bearer = HTTPBearer(auto_error=False)
 
 
@@ -203,24 +155,16 @@ def _tenant_of(
 TenantName = Annotated[str, Depends(_tenant_of)]
 
 
-def create_app(
-    memory: Memory,
-    tenants: Tenants,
-    max_body_bytes: int,
-    purge_every_s: float,
-    purge_retry_s: float = 60.0,
-    refresh_every_s: float = 5.0,
-    max_import_bytes: int = 2**28,
-    index_every_s: float = 1.0,
-    index_lease_s: float = 600.0,
-    maintain_every_s: float = 600.0,
-) -> FastAPI:
-    """The service around `memory`; it closes `memory` when it shuts down."""
+def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
+    """The service around `memory` under `settings` (lazymem/agent/settings.py); it closes `memory` when it
+    shuts down."""
+    s = settings.serve
+    max_body_bytes = s.max_body_bytes
     loops = [
-        retention := Retention(memory, tenants.all.values(), purge_every_s, purge_retry_s),
-        maintenance := Maintenance(memory, maintain_every_s),
-        Refresh(memory, refresh_every_s),
-        Indexer(memory, index_every_s, index_lease_s),
+        retention := Retention(memory, lambda: tenants.all.values(), s.purge_every_s, s.purge_retry_s),
+        maintenance := Maintenance(memory, s.maintain_every_s),
+        Refresh(memory, s.refresh_every_s),
+        Indexer(memory, s.index_every_s, settings.agent.index_lease_s),
     ]
 
     @contextlib.asynccontextmanager
@@ -234,33 +178,31 @@ def create_app(
             await asyncio.to_thread(memory.close)
 
     app = FastAPI(title="LazyMem", summary="Query-time memory construction for agents", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_import_bytes=max_import_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_import_bytes=s.max_import_bytes)
     app.add_middleware(ValidPath)
     app.state.tenants = tenants
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
-        bad_json = any(e["type"] == "json_invalid" for e in errors)
-        return JSONResponse({"detail": errors}, status_code=400 if bad_json else 422)
+        return error_reply(BadInput(_validation_message(request, exc.errors())))
 
-    @app.exception_handler(BadInput)
-    async def bad_input(request: Request, exc: BadInput) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
-
-    async def not_found(request: Request, exc: KeyError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    app.add_exception_handler(UnknownUser, not_found)
-    app.add_exception_handler(UnknownMessages, not_found)
+    @app.exception_handler(AgentError)
+    async def agent_error(request: Request, exc: AgentError) -> JSONResponse:
+        return error_reply(exc)
 
     @app.exception_handler(StageError)
     async def model_failed(request: Request, exc: StageError) -> JSONResponse:
         log.error("memory model failed on %s", request.url.path)  # its message may quote the prompt
-        return JSONResponse({"detail": "the memory model failed; try again"}, status_code=502)
+        return error_reply(ModelFailed("the memory model failed; try again"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        return JSONResponse({"code": code, "detail": exc.detail}, exc.status_code, headers=exc.headers)
 
     @app.get("/health")
     async def health() -> dict:
+        """Liveness: the process answers (200 even while the store is away; /ready tells that)."""
         return {
             "status": "ok",
             "method": memory.method.name,
@@ -268,21 +210,47 @@ def create_app(
             "maintenance": maintenance.status(),
         }
 
-    @app.post("/v1/users/{user_id}/messages", status_code=201)
-    async def add(user_id: str, body: AddRequest, tenant: TenantName) -> AddReply:
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return AddReply(ids=await memory.aadd(user_id, messages, tenant=tenant))
+    @app.get("/ready", responses={503: {"model": ErrorReply}})
+    async def ready() -> ReadyReply:
+        """Readiness: the store answers (within about a second), with the indexing backlog; 503 with
+        `store_unavailable` while it does not."""
+        state = await memory.aready()
+        return ReadyReply(status="ready", **dataclasses.asdict(state))
 
-    @app.post("/v1/users/{user_id}/query")
+    @app.post("/v1/users/{user_id}/messages", status_code=201, responses=_ERRORS)
+    async def add(
+        user_id: str,
+        body: AddRequest,
+        tenant: TenantName,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> AddReply:
+        """Store messages; their ids. With an `Idempotency-Key` header, a retry of the same body returns
+        the first add's ids and stores nothing; the key with another body is a 409."""
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        ids = await memory.aadd(user_id, messages, tenant=tenant, idempotency_key=idempotency_key)
+        return AddReply(ids=ids)
+
+    @app.post("/v1/users/{user_id}/query", responses=_ERRORS)
     async def query(user_id: str, body: QueryRequest, tenant: TenantName) -> QueryReply:
         recall = await memory.aquery(user_id, body.question, body.now, tenant=tenant)
         return QueryReply(**recall.to_dict())
 
-    @app.post("/v1/users/{user_id}/forget")
+    @app.post("/v1/users/{user_id}/forget", responses=_ERRORS)
     async def forget(user_id: str, body: ForgetRequest, tenant: TenantName) -> ForgetReply:
+        """Delete the given messages (an empty list deletes nothing). Every message: DELETE the user."""
         return ForgetReply(deleted=await memory.aforget(user_id, body.message_ids, tenant=tenant))
 
-    @app.get("/v1/users/{user_id}/export", response_model=ExportReply, response_model_exclude_none=True)
+    @app.delete("/v1/users/{user_id}", responses=_ERRORS)
+    async def forget_all(user_id: str, tenant: TenantName) -> ForgetReply:
+        """Delete every message of the user, what was derived from them, and the user's idempotency keys."""
+        return ForgetReply(deleted=await memory.aforget_all(user_id, tenant=tenant))
+
+    @app.get(
+        "/v1/users/{user_id}/export",
+        response_model=ExportReply,
+        response_model_exclude_none=True,
+        responses=_ERRORS,
+    )
     async def export(
         user_id: str, tenant: TenantName, vectors: bool = False, format: Literal["json", "ndjson"] = "json"
     ):
@@ -304,35 +272,68 @@ def create_app(
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    @app.post("/v1/users/{user_id}/import", openapi_extra=_NDJSON_BODY)
+    @app.post("/v1/users/{user_id}/import", openapi_extra=_NDJSON_BODY, responses=_ERRORS)
     async def import_(user_id: str, request: Request, tenant: TenantName) -> JSONResponse:
         """A long history as NDJSON, one message per line (`role`, `text`, `time`?, `session_id`?,
         `source`?, `vectors`? as an export with vectors gives them), stored in batches as it streams in.
-        A bad line stops the import with 400 naming it; `stored` says how many lines before it are kept.
-        Give each line a `source` (e.g. "file:line") and a retried import skips what is already stored."""
-        stored = 0
+        A bad line stops the import with 400 naming its line and field, a body over serve.max_import_bytes
+        with 413; either way `stored` says how many messages before it are kept. Give each line a `source`
+        (e.g. "file:line") and a retried import skips what is already stored (`skipped` counts them)."""
+        stored = skipped = 0
+        size = memory.limits.max_messages_per_add
         try:
-            async for batch in _ndjson_batches(request, max_body_bytes, memory.limits.max_messages_per_add):
-                stored = await memory.aimport(user_id, batch, tenant=tenant, batch_size=len(batch)) + stored
-        except BadInput as e:
-            return JSONResponse({"detail": f"after {stored} stored messages: {e}", "stored": stored}, 400)
-        return JSONResponse({"stored": stored}, status_code=201)
+            async for lines, batch in _ndjson_batches(request, max_body_bytes, size):
+                where = [f"line {n}" for n in lines]
+                done = await memory.aimport(
+                    user_id, batch, tenant=tenant, batch_size=len(batch), where=where.__getitem__
+                )
+                stored, skipped = stored + done.stored, skipped + done.skipped
+        except (ImportStopped, BadInput, StarletteHTTPException) as e:
+            if isinstance(e, StarletteHTTPException) and e.status_code != 413:
+                raise
+            if isinstance(e, ImportStopped):
+                stored, e = stored + e.imported.stored, BadInput(e.reason)
+            reason = str(e.detail if isinstance(e, StarletteHTTPException) else e)
+            status, code = (413, "too_large") if isinstance(e, StarletteHTTPException) else (400, "bad_input")
+            detail = f"{reason} ({stored} messages of this import stored before it)"
+            return JSONResponse({"code": code, "detail": detail, "stored": stored}, status)
+        return JSONResponse({"stored": stored, "skipped": skipped}, status_code=201)
 
     return app
+
+
+def error_reply(exc: AgentError) -> JSONResponse:
+    """An AgentError as its HTTP reply: its status, `{"code", "detail"}`, Retry-After on a 503."""
+    headers = None
+    if isinstance(exc, StoreUnavailable):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return JSONResponse({"code": exc.code, "detail": str(exc)}, exc.status, headers=headers)
+
+
+def _validation_message(request: Request, errors: Sequence[dict]) -> str:
+    """FastAPI's validation errors as one line, e.g. `body.messages[0].text: Field required`; a forget
+    without its ids also names the route that deletes everything."""
+    parts = []
+    for e in errors[:5]:
+        if e["type"] == "json_invalid":
+            return "the body is not valid JSON"
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.get("loc", ()))
+        parts.append(f"{loc.lstrip('.')}: {e['msg']}")
+    message = "; ".join(parts) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
+    if request.url.path.endswith("/forget") and any(
+        tuple(e.get("loc", ())) == ("body", "message_ids") for e in errors
+    ):
+        message += "; to delete every message of the user: DELETE /v1/users/{user_id}"
+    return message
 
 
 _NDJSON_BODY = {
     "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}
 }
-_IMPORT_FIELDS = {"role", "text", "time", "session_id", "source", "vectors"}
-# what an NDJSON export's lines also carry, ignored by an import: ids are new, retention counts from the
-# import, and the path names the user
-_EXPORT_ONLY_FIELDS = {"id", "added", "user_id"}
-
-
 async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):
-    """Messages from an NDJSON body, `batch_size` at a time, checked line by line as they arrive."""
-    buffer, batch, line_no = b"", [], 0
+    """Messages from an NDJSON body, `batch_size` at a time with their line numbers, checked line by line
+    as they arrive."""
+    buffer, batch, numbers, line_no = b"", [], [], 0
     async for chunk in request.stream():
         buffer += chunk
         if b"\n" not in buffer and len(buffer) > max_line_bytes:
@@ -344,49 +345,42 @@ async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int
                 raise BadInput(f"line {line_no} is longer than {max_line_bytes} bytes (serve.max_body_bytes)")
             if line.strip():
                 batch.append(_ndjson_message(line, line_no))
+                numbers.append(line_no)
             if len(batch) == batch_size:
-                yield batch
-                batch = []
+                yield numbers, batch
+                batch, numbers = [], []
     line_no += 1
     if buffer.strip():
         batch.append(_ndjson_message(buffer, line_no))
+        numbers.append(line_no)
     if batch:
-        yield batch
+        yield numbers, batch
 
 
 def _ndjson_message(line: bytes, line_no: int) -> dict:
+    """One line as a message; its fields are checked by the import (lazymem/agent/inputs.py), which also
+    ignores what an NDJSON export's lines carry besides (`id`, `added`, `user_id`)."""
     try:
         message = json.loads(line)
     except ValueError:
         raise BadInput(f"line {line_no} is not a JSON object") from None
     if not isinstance(message, dict):
         raise BadInput(f"line {line_no} is not a JSON object")
-    unknown = set(message) - _IMPORT_FIELDS - _EXPORT_ONLY_FIELDS
-    if unknown:
-        raise BadInput(f"line {line_no} has unknown fields {sorted(unknown)}")
-    return {k: v for k, v in message.items() if k in _IMPORT_FIELDS}
+    return message
 
 
 def serve(overrides: Sequence[str]) -> int:
-    """`lazymem serve [overrides]`: compose the agent config and run the service until interrupted."""
-    import uvicorn
-
+    """`lazymem serve [overrides]`: compose the agent config, check it, run the service until interrupted.
+    A bad setting or keys file stops the start-up with one line naming the key."""
     cfg = compose(overrides)
-    s = cfg.serve
-    tenants = Tenants.load(s.keys_file, s.keys_env, cfg.agent.retention_days)
+    try:
+        settings = Settings.from_cfg(cfg)
+        tenants = Tenants.from_settings(settings)
+    except ConfigError as e:
+        raise SystemExit(f"lazymem serve: {e}") from None
     if not tenants:
-        raise SystemExit(f"lazymem serve: no API keys (set serve.keys_file or ${s.keys_env})")
-    app = create_app(
-        Memory.from_cfg(cfg),
-        tenants,
-        s.max_body_bytes,
-        s.purge_every_s,
-        s.purge_retry_s,
-        s.refresh_every_s,
-        s.max_import_bytes,
-        s.index_every_s,
-        cfg.agent.index_lease_s,
-        s.maintain_every_s,
-    )
-    uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=log_config())
+        where = f"${settings.serve.keys_env}" if settings.serve.keys_env else "an environment variable"
+        raise SystemExit(f"lazymem serve: no API keys (set serve.keys_file or {where})")
+    memory = Memory.from_cfg(cfg, settings)
+    http_server.run(create_app(memory, tenants, settings), settings, tenants)
     return 0

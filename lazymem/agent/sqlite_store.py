@@ -8,11 +8,16 @@ written) is checkpointed and truncated to zero bytes. Derived data lives in file
 
 Schema versions: 1 (before versions were recorded) numbered every message from one counter shared by all
 tenants; 2 numbers each tenant's messages on its own. The migration keeps every id a client already holds
-and continues each tenant's counter after its largest id.
+and continues each tenant's counter after its largest id. 3 adds the adds' idempotency keys and the times
+a user became pending and was claimed.
+
+A writer in another process that holds the file's write lock longer than the busy timeout makes a call
+fail with StoreUnavailable.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -21,21 +26,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lazymem import sqlite
+from lazymem.agent.errors import IdempotencyConflict, StoreUnavailable, UnknownMessages
 from lazymem.agent.store import (
     MESSAGE_COLUMNS,
+    Added,
     Claim,
     Derived,
+    Idempotency,
     NewMessage,
+    Readiness,
     Snapshot,
     StoredMessage,
-    UnknownMessages,
     VectorKeys,
 )
 from lazymem.llm.cache import LLMCache
 from lazymem.retrieval.base import UserStorage
 
-VERSION = 2
+VERSION = 3
 _VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+# Version 2's schema; each later version is a step from the one before (_STEPS), on a new file too.
 _TABLES = [
     """CREATE TABLE IF NOT EXISTS messages (
         tenant     TEXT NOT NULL,
@@ -59,6 +68,24 @@ _TABLES = [
     "CREATE TABLE IF NOT EXISTS pending (tenant TEXT, user_id TEXT, mark INTEGER NOT NULL, "
     "claimed_until REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
 ]
+_STEPS = {
+    3: [
+        """CREATE TABLE idempotency (
+            tenant  TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            key     TEXT NOT NULL,
+            digest  TEXT NOT NULL,
+            ids     TEXT NOT NULL,
+            created REAL NOT NULL,
+            PRIMARY KEY (tenant, user_id, key)
+        )""",
+        "CREATE INDEX idempotency_by_age ON idempotency (created)",
+        # since: the unix time the user became pending (a user already pending: the upgrade's time)
+        "ALTER TABLE pending ADD COLUMN since REAL NOT NULL DEFAULT 0",
+        "UPDATE pending SET since = (julianday('now') - 2440587.5) * 86400",
+        "ALTER TABLE pending ADD COLUMN claimed_at REAL",
+    ],
+}
 _SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
 
 
@@ -68,22 +95,36 @@ class SQLiteStore:
 
     derived_in_store = False  # derived data: files in each user's folder
 
-    def __init__(self, dir: str | Path, filename: str = "memory.sqlite", timeout_s: float = 60.0):
+    def __init__(
+        self,
+        dir: str | Path,
+        filename: str = "memory.sqlite",
+        timeout_s: float = 60.0,
+        idempotency_ttl_s: float = 86400.0,
+    ):
         self.path = Path(dir) / filename
-        self.timeout_s = timeout_s
+        self.timeout_s, self.idempotency_ttl_s = timeout_s, idempotency_ttl_s
         self._lock = threading.Lock()
         self._conn = sqlite.connect(self.path, timeout_s, _VERSION_TABLE, thread_safe=True)
         self._conn.execute("PRAGMA secure_delete = ON")
-        with _transaction(self._conn) as conn:
+        with self._transaction() as conn:
             _migrate(conn)
 
-    def add(self, tenant: str, user: str, messages: Sequence[NewMessage]) -> list[int]:
+    def add(
+        self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
+    ) -> Added:
+        """Another process's add of the same idempotency key holds the write lock until it commits: this
+        one waits for it (busy timeout), then replays its ids."""
         now = time.time()
-        with self._lock, _transaction(self._conn) as conn:
+        with self._lock, self._transaction() as conn:
+            if idempotency is not None:
+                earlier = self._remembered(conn, tenant, user, idempotency, now)
+                if earlier is not None:
+                    return Added(earlier, 0, replayed=True)
             first = _reserve_ids(conn, tenant, len(messages))
-            ids = []
+            ids, stored = [], 0
             for n, m in enumerate(messages):
-                known = _stored_source(conn, tenant, user, m.source)
+                known = _stored_source(conn, tenant, user, m)
                 if known is not None:
                     ids.append(known)
                     continue
@@ -93,41 +134,60 @@ class SQLiteStore:
                     (tenant, user, first + n, m.session_id, m.time, m.role, m.text, now, m.source),
                 )
                 ids.append(first + n)
-            conn.execute(
-                "INSERT INTO generations (tenant, user_id, generation) VALUES (?, ?, ?) "
-                "ON CONFLICT (tenant, user_id) DO NOTHING",
-                (tenant, user, _next_generation(conn)),
-            )
-            conn.execute(
-                "INSERT INTO pending (tenant, user_id, mark) VALUES (?, ?, ?) "
-                "ON CONFLICT (tenant, user_id) DO UPDATE SET mark = excluded.mark",
-                (tenant, user, _next_generation(conn)),
-            )
-        return ids
+                stored += 1
+            if stored:
+                conn.execute(
+                    "INSERT INTO generations (tenant, user_id, generation) VALUES (?, ?, ?) "
+                    "ON CONFLICT (tenant, user_id) DO NOTHING",
+                    (tenant, user, _next_generation(conn)),
+                )
+                conn.execute(  # pending since its first add not yet indexed
+                    "INSERT INTO pending (tenant, user_id, mark, since) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, user_id) DO UPDATE SET mark = excluded.mark",
+                    (tenant, user, _next_generation(conn), now),
+                )
+            if idempotency is not None:  # new, or in place of an expired one
+                conn.execute(
+                    "INSERT OR REPLACE INTO idempotency (tenant, user_id, key, digest, ids, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (tenant, user, idempotency.key, idempotency.digest, _compact(ids), now),
+                )
+        return Added(ids, stored)
+
+    def ready(self) -> Readiness:
+        now = time.time()
+        with self._lock:
+            backlog, since, claimed = self._conn.execute(
+                "SELECT COUNT(*), MIN(since), MIN(CASE WHEN claimed_until > ? THEN claimed_at END) "
+                "FROM pending",
+                (now,),
+            ).fetchone()
+        return Readiness(backlog, _age(now, since), _age(now, claimed))
 
     def claim_pending(self, lease_s: float) -> Claim | None:
         now = time.time()
-        with self._lock, _transaction(self._conn) as conn:
+        with self._lock, self._transaction() as conn:
             row = conn.execute(
-                "UPDATE pending SET claimed_until = ? WHERE rowid = (SELECT rowid FROM pending "
-                "WHERE claimed_until < ? ORDER BY mark LIMIT 1) RETURNING tenant, user_id, mark",
-                (now + lease_s, now),
+                "UPDATE pending SET claimed_until = ?, claimed_at = ? WHERE rowid = (SELECT rowid "
+                "FROM pending WHERE claimed_until < ? ORDER BY mark LIMIT 1) RETURNING tenant, user_id, mark",
+                (now + lease_s, now, now),
             ).fetchone()
         return None if row is None else Claim(*row)
 
     def finish(self, claim: Claim) -> None:
-        with self._lock, _transaction(self._conn) as conn:
+        with self._lock, self._transaction() as conn:
             conn.execute(
                 "DELETE FROM pending WHERE tenant = ? AND user_id = ? AND mark = ?",
                 (claim.tenant, claim.user, claim.mark),
             )
-            conn.execute(  # added to since the claim: pending again, for whoever comes next
-                "UPDATE pending SET claimed_until = 0 WHERE tenant = ? AND user_id = ?",
+            conn.execute(  # added to since the claim: pending again (since then), for whoever comes next
+                "UPDATE pending SET claimed_until = 0, since = COALESCE(claimed_at, since), "
+                "claimed_at = NULL WHERE tenant = ? AND user_id = ?",
                 (claim.tenant, claim.user),
             )
 
     def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
-        with self._lock, _transaction(self._conn, "BEGIN") as conn:
+        with self._lock, self._transaction("BEGIN") as conn:
             rows = conn.execute(
                 f"SELECT {MESSAGE_COLUMNS} FROM messages "
                 "WHERE tenant = ? AND user_id = ? AND id > ? ORDER BY id LIMIT ?",
@@ -147,11 +207,12 @@ class SQLiteStore:
         """The user's derived data is the agent's user folder, not this file: `vector_keys` is called
         with the deleted messages so that the caller can trim that folder."""
         with self._lock:
-            with _transaction(self._conn) as conn:
+            with self._transaction() as conn:
                 if ids is None:
                     deleted = conn.execute(
                         "DELETE FROM messages WHERE tenant = ? AND user_id = ?", (tenant, user)
                     ).rowcount
+                    conn.execute("DELETE FROM idempotency WHERE tenant = ? AND user_id = ?", (tenant, user))
                 else:
                     gone = self._delete_ids(conn, tenant, user, sorted(set(ids)))
                     deleted = len(gone)
@@ -162,8 +223,9 @@ class SQLiteStore:
         return deleted
 
     def purge(self, tenant: str, before: float, vector_keys: VectorKeys | None = None) -> dict[str, int]:
+        """The users' idempotency keys stay until they expire."""
         with self._lock:
-            with _transaction(self._conn) as conn:
+            with self._transaction() as conn:
                 users = [
                     row[0]
                     for row in conn.execute(
@@ -191,7 +253,11 @@ class SQLiteStore:
         return counts
 
     def maintain(self) -> None:
-        """Nothing to do: secure_delete and the truncated WAL already leave no deleted text in the files."""
+        """Delete the expired idempotency keys; deletions need nothing more: secure_delete and the
+        truncated WAL already leave no deleted text in the files."""
+        with self._lock, self._transaction() as conn:
+            expired = time.time() - self.idempotency_ttl_s
+            conn.execute("DELETE FROM idempotency WHERE created <= ?", (expired,))
 
     def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:
         return Derived(UserStorage(dir), lambda: LLMCache(dir / "llm.sqlite"))
@@ -199,6 +265,24 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def _remembered(
+        self, conn: sqlite3.Connection, tenant: str, user: str, idempotency: Idempotency, now: float
+    ) -> list[int] | None:
+        """The ids of the earlier add of this idempotency key, if it is still remembered; None if not."""
+        row = conn.execute(
+            "SELECT digest, ids FROM idempotency "
+            "WHERE tenant = ? AND user_id = ? AND key = ? AND created > ?",
+            (tenant, user, idempotency.key, now - self.idempotency_ttl_s),
+        ).fetchone()
+        if row is None:
+            return None
+        if row[0] != idempotency.digest:
+            raise IdempotencyConflict(
+                "this idempotency key was already used for this user with another request body; "
+                "nothing was stored"
+            )
+        return json.loads(row[1])
 
     def _delete_ids(
         self, conn: sqlite3.Connection, tenant: str, user: str, ids: list[int]
@@ -234,15 +318,48 @@ class SQLiteStore:
                 raise TimeoutError(f"{self.path}: could not truncate the WAL within {self.timeout_s:g}s")
             time.sleep(0.05)
 
+    @contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        """`BEGIN IMMEDIATE` (take the write lock up front) ... COMMIT, or ROLLBACK on any error. The write
+        lock still held by another process after the busy timeout is StoreUnavailable."""
+        try:
+            self._conn.execute(begin)
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e):
+                raise
+            raise StoreUnavailable(
+                f"{self.path}: another process held the write lock for over {self.timeout_s:g}s ({e})"
+            ) from e
+
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Create the schema, or bring a version-1 file (one id counter for all tenants) to version 2."""
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    """Create the schema, or bring a file of an earlier version to VERSION: a version-1 file (one id
+    counter for all tenants) to version 2 first, then each step."""
     row = conn.execute("SELECT version FROM schema_version").fetchone()
-    if row is not None:
-        if row[0] > VERSION:
-            raise RuntimeError(f"memory.sqlite has schema version {row[0]}; this lazymem knows {VERSION}")
+    version = 0 if row is None else row[0]
+    if version > VERSION:
+        raise RuntimeError(f"memory.sqlite has schema version {version}; this lazymem knows {VERSION}")
+    if version == VERSION:
         return
+    if row is None:
+        _create_version_2(conn)
+        version = 2
+    for step in range(version + 1, VERSION + 1):
+        for statement in _STEPS[step]:
+            conn.execute(statement)
+    conn.execute("DELETE FROM schema_version")
+    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (VERSION,))
+
+
+def _create_version_2(conn: sqlite3.Connection) -> None:
+    """Version 2's tables, in a new file or from a version-1 file's messages (their ids kept)."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     legacy = "messages" in tables
     if legacy:
         conn.execute("ALTER TABLE messages RENAME TO messages_v1")
@@ -259,7 +376,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for tenant, user in conn.execute("SELECT DISTINCT tenant, user_id FROM messages").fetchall():
             conn.execute("INSERT INTO generations VALUES (?, ?, ?)", (tenant, user, _next_generation(conn)))
         conn.execute("DROP TABLE messages_v1")  # secure_delete zeroes its pages
-    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (VERSION,))
 
 
 def _reserve_ids(conn: sqlite3.Connection, tenant: str, n: int) -> int:
@@ -272,13 +388,32 @@ def _reserve_ids(conn: sqlite3.Connection, tenant: str, n: int) -> int:
     return last - n + 1
 
 
-def _stored_source(conn: sqlite3.Connection, tenant: str, user: str, source: str | None) -> int | None:
-    if source is None:
+def _stored_source(conn: sqlite3.Connection, tenant: str, user: str, m: NewMessage) -> int | None:
+    """The id of the user's message stored under m's source or, failing that, one of its aliases (an
+    earlier import stored its key as the source)."""
+    keys = _keys(m)
+    if not keys:
         return None
-    row = conn.execute(
-        "SELECT id FROM messages WHERE tenant = ? AND user_id = ? AND source = ?", (tenant, user, source)
-    ).fetchone()
-    return None if row is None else row[0]
+    found = dict(
+        conn.execute(
+            "SELECT source, id FROM messages WHERE tenant = ? AND user_id = ? "
+            f"AND source IN ({','.join('?' * len(keys))})",
+            (tenant, user, *keys),
+        ).fetchall()
+    )
+    return next((found[k] for k in keys if k in found), None)
+
+
+def _keys(m: NewMessage) -> list[str]:
+    return ([] if m.source is None else [m.source]) + list(m.aliases)
+
+
+def _compact(ids: list[int]) -> str:
+    return json.dumps(ids, separators=(",", ":"))
+
+
+def _age(now: float, since: float | None) -> float | None:
+    return None if since is None else max(0.0, now - since)
 
 
 def _next_generation(conn: sqlite3.Connection) -> int:
@@ -309,15 +444,3 @@ def _renew_generation(conn: sqlite3.Connection, tenant: str, user: str) -> None:
             "UPDATE generations SET generation = ? WHERE tenant = ? AND user_id = ?",
             (_next_generation(conn), tenant, user),
         )
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
-    """`BEGIN IMMEDIATE` (take the write lock up front) ... COMMIT, or ROLLBACK on any error."""
-    conn.execute(begin)
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")

@@ -24,7 +24,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from lazymem.agent.errors import UnknownMessages, UnknownUser
 from lazymem.retrieval.base import UserStorage
+
+__all__ = ["UnknownMessages", "UnknownUser"]  # with the records below; their home is lazymem.agent.errors
 
 # Ids are signed 64-bit integers in both stores.
 MAX_ID = 2**63 - 1
@@ -34,29 +37,52 @@ MAX_ID = 2**63 - 1
 VectorKeys = Callable[[str, Sequence["StoredMessage"]], Mapping[str, Collection[str]] | None]
 
 
-class UnknownUser(KeyError):
-    """The user has no stored messages (never added, or everything forgotten)."""
-
-    def __str__(self) -> str:
-        return f"unknown user {self.args[0]!r}: no stored messages"
-
-
-class UnknownMessages(KeyError):
-    """Some message ids to forget are not this user's; nothing was deleted."""
-
-    def __str__(self) -> str:
-        return f"message ids {self.args[0]} are not stored for this user; nothing was deleted"
-
-
 @dataclass(frozen=True)
 class NewMessage:
     role: str
     text: str
     time: str
     session_id: str
-    # Where an imported message came from ("FILE:LINE"): an import resumed after a crash skips what it
-    # already stored by this key, never by content (real histories repeat short turns like "ok").
+    # Where an imported message came from, as a key (lazymem/agent/transfer.py): an import resumed after a
+    # crash skips what it already stored by this key, never by content alone (histories repeat "ok").
     source: str | None = None
+    # Other keys of the same message (what an earlier lazymem named it): one stored under any of them is
+    # not stored again either
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """An add's idempotency key, scoped to its tenant and user, and a digest of the request it came with:
+    the same key with the same digest replays the first add's ids; with another digest it is an
+    IdempotencyConflict. A store remembers a key for its `idempotency_ttl_s`."""
+
+    key: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class Added:
+    """What an add did: the batch's ids in order (a message skipped as already stored has the stored one's
+    id), how many rows it wrote, and whether it replayed an earlier add of the same idempotency key."""
+
+    ids: list[int]
+    stored: int
+    replayed: bool = False
+
+    @property
+    def skipped(self) -> int:
+        return 0 if self.replayed else len(self.ids) - self.stored
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The store answered: users waiting to be indexed, and how long the oldest has waited and the oldest
+    live indexing claim has been held (None: none)."""
+
+    backlog: int
+    oldest_pending_s: float | None
+    oldest_claim_s: float | None
 
 
 @dataclass(frozen=True)
@@ -112,9 +138,17 @@ class Store(Protocol):
     # scratch that a restart may clear; False when those folders are the derived data
     derived_in_store: bool
 
-    def add(self, tenant: str, user: str, messages: Sequence[NewMessage]) -> list[int]:
-        """Store a batch atomically; its ids, in order. A message whose `source` is already stored for
-        the user is not stored again: its id is the stored one's."""
+    def add(
+        self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
+    ) -> Added:
+        """Store a batch atomically. A message whose `source` or one of its `aliases` is already stored for
+        the user is not stored again: its id is the stored one's. With `idempotency`, the key is written in
+        the same transaction; a key already remembered for the user replays its ids (same digest, even while
+        the first add is still committing: the second waits for it) or raises IdempotencyConflict."""
+        ...
+
+    def ready(self) -> Readiness:
+        """One round trip to the store (StoreUnavailable when it does not answer in time)."""
         ...
 
     def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
@@ -131,9 +165,10 @@ class Store(Protocol):
     def forget(
         self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
     ) -> int:
-        """Delete the given messages (all of them, or UnknownMessages), or every message of the user,
-        with the derived data the store holds for the user; the user's generation changes. With
-        `vector_keys`, deleting some of a user's messages keeps the vectors of the others (see above)."""
+        """Delete the given messages (all of them, or UnknownMessages), or with `ids=None` every message of
+        the user and the user's idempotency keys, with the derived data the store holds for the user; the
+        user's generation changes. With `vector_keys`, deleting some of a user's messages keeps the vectors
+        of the others (see above). Callers never pass an empty list (it would change nothing)."""
         ...
 
     def purge(
@@ -145,7 +180,8 @@ class Store(Protocol):
         ...
 
     def maintain(self) -> None:
-        """Make past deletions final in the store's files (what `forget` alone cannot promise)."""
+        """Make past deletions final in the store's files (what `forget` alone cannot promise), and delete
+        idempotency keys older than the store's `idempotency_ttl_s`."""
         ...
 
     def claim_pending(self, lease_s: float) -> Claim | None:
@@ -167,14 +203,20 @@ class Store(Protocol):
 def open_store(cfg: Mapping[str, Any], dir: str | Path) -> Store:
     """The store `agent.store` names: `kind: sqlite` (a file in `dir`) or `kind: postgres` (at `dsn`)."""
     kind = cfg.get("kind", "sqlite")
+    ttl_s = float(cfg.get("idempotency_ttl_s", 86400))
     if kind == "sqlite":
         from lazymem.agent.sqlite_store import SQLiteStore
 
-        return SQLiteStore(dir)
+        return SQLiteStore(dir, idempotency_ttl_s=ttl_s)
     if kind == "postgres":
         from lazymem.agent.postgres_store import PostgresStore
 
         if not cfg.get("dsn"):
             raise ValueError("agent.store.kind=postgres needs agent.store.dsn=postgresql://USER@HOST:PORT/DB")
-        return PostgresStore(cfg["dsn"], pool_size=int(cfg.get("pool_size", 8)))
+        return PostgresStore(
+            cfg["dsn"],
+            pool_size=int(cfg.get("pool_size", 8)),
+            wait_s=float(cfg.get("wait_s", 3)),
+            idempotency_ttl_s=ttl_s,
+        )
     raise ValueError(f"agent.store.kind={kind!r}: expected sqlite or postgres")

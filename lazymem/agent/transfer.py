@@ -10,11 +10,26 @@ Formats read:
 - `locomo`: a LoCoMo JSON file, one user per conversation (its `sample_id`), the two speakers kept as
   named roles.
 
-Every message carries its position in the source (`source`: file name and line, or history and message
-index), and the store keeps a position once per user: an import killed at any point and run again stores
-each message exactly once, even where a history repeats a short turn like "ok" word for word. The import
-adds in batches (agent.limits.max_messages_per_add at most), each one transaction. Retention counts from
-the time of import (`added`), not from the messages' own `time`.
+Every message carries a key (`source`), and the store keeps a key once per user: a message whose key is
+stored is skipped. The key chains the user's messages in the file, "c1:" and 32 hex digits of
+key(n) = sha256(key(n-1), message n), where key(-1) is the user id and a message counts by its role, text,
+time and session_id as the file gives them (a missing one as missing; no default, id or vector counts).
+So a message is skipped only when its whole prefix in that user's history is the same as one already
+stored, never for its file's name or folder, and never silently for being like another message:
+- an import killed at any point and run again, a file imported twice or under another name, and a file
+  appended to and imported again each store every message once;
+- two files of one name in different folders are both stored, and so is every "ok" a history repeats
+  (the repetitions' prefixes differ);
+- two exports that begin with the same k messages of a user share those k.
+Each message also carries, as an alias, the key earlier versions gave it (`FILE_NAME:LINE`,
+`FILE_NAME:HISTORY:INDEX`): rerunning such an import into a store they wrote adds nothing twice (in such a
+store, another file of the same name still matches those keys, as it did then). Where a message is in
+the file (file and line, or history and index) stays out of its key; error messages name it.
+
+The import adds in batches (agent.limits.max_messages_per_add at most), each one transaction, and says
+per user and in all how many messages were stored and how many were skipped as already stored. Retention
+counts from the time of import (`added`), not from the messages' own `time`. Every failure is one line on
+stderr that says what to do, with exit status 1 (2 for a malformed command line).
 
 `--vectors` exports each message's embedding vectors too (lazymem/agent/vectors.py), and an import stores
 those its own retrieval config would have made, so the user is not embedded again. Both commands therefore
@@ -24,21 +39,37 @@ compose the retrieval config (`retrieval=...` as the deployment has it; no model
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import logging
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lazymem.agent.errors import AgentError, BadInput, StoreUnavailable, UnknownUser
+from lazymem.data.schema import DataError
+
 FORMATS = ("jsonl", "longmemeval", "locomo")
+KEY_VERSION = "c1"  # a new rule for keys gets a new prefix, so that keys of two rules never meet
+KEYED_FIELDS = ("role", "text", "time", "session_id")
 
 
 @dataclass(frozen=True)
 class UserHistory:
-    """One user's messages from a source, each a dict for `Memory.add` with its `source` position."""
+    """One user's messages from a source, each a dict for `Memory.import_` with its `source` key and
+    `aliases`, and each message's place in the source (`positions[n]`, e.g. "day2/history.jsonl line 4")."""
 
     user_id: str
-    messages: list[dict]
+    messages: list[dict] = field(default_factory=list)
+    positions: list[str] = field(default_factory=list)
+
+
+def message_key(previous: str, message: Mapping) -> str:
+    """The key of a message whose predecessor in its user's history has key `previous` (the user id for
+    the first message), from its fields as the file gives them (see the module docstring)."""
+    canonical = json.dumps([previous, *(message.get(k) for k in KEYED_FIELDS)], ensure_ascii=True)
+    return f"{KEY_VERSION}:{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"
 
 
 def read_histories(path: str | Path, format: str, user_id: str | None = None) -> Iterator[UserHistory]:
@@ -50,7 +81,7 @@ def read_histories(path: str | Path, format: str, user_id: str | None = None) ->
         from lazymem.data import longmemeval
 
         for history in longmemeval.load(str(path)).histories.values():
-            yield _from_history(path, history.id, history)
+            yield _from_history(path, history)
     elif format == "locomo":
         from lazymem.data import locomo
         from lazymem.data.io import read_json
@@ -58,32 +89,37 @@ def read_histories(path: str | Path, format: str, user_id: str | None = None) ->
         everything = list(range(len(read_json(path))))
         kinds = {c: str(c) for c in range(1, 6)}  # questions are not imported; their categories only parse
         for history in locomo.load(str(path), everything, tuple(kinds), kinds).histories.values():
-            yield _from_history(path, history.id, history)
+            yield _from_history(path, history)
     else:
         raise ValueError(f"unknown import format {format!r}; expected one of {list(FORMATS)}")
 
 
-def _from_history(path: Path, user_id: str, history) -> UserHistory:
-    messages = [
-        {
-            "role": m.role,
-            "text": m.text,
-            "time": m.time,
-            "session_id": m.session_id,
-            "source": f"{path.name}:{history.id}:{m.idx}",
-        }
-        for m in history.messages
-    ]
-    return UserHistory(user_id, messages)
+def _from_history(path: Path, history) -> UserHistory:
+    user = UserHistory(history.id)
+    key = history.id
+    for m in history.messages:
+        message = {"role": m.role, "text": m.text, "time": m.time, "session_id": m.session_id}
+        message["source"] = key = message_key(key, message)
+        message["aliases"] = (f"{path.name}:{history.id}:{m.idx}",)
+        user.messages.append(message)
+        user.positions.append(f"{path} {history.id} message {m.idx}")
+    return user
 
 
 def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
-    """Consecutive lines of one user form one history (an export writes each user's lines together)."""
-    from lazymem.data.schema import DataError
-
+    """Consecutive lines of one user form one history (an export writes each user's lines together); a
+    user's key chain runs on across the whole file."""
+    last_key: dict[str, str] = {}
     current: UserHistory | None = None
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+    offset = 0  # of the line in the file, in bytes
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                problem = f"not UTF-8 text (byte {offset + e.start} of the file)"
+                raise DataError(path, f"line {line_no}", None, problem) from None
+            offset += len(raw)
             if not line.strip():
                 continue
             try:
@@ -95,13 +131,15 @@ def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
             user = record.get("user_id", default_user)
             if not isinstance(user, str) or not user:
                 raise DataError(path, f"line {line_no}", "user_id", "missing (or pass --user)")
-            message = {k: record.get(k) for k in ("role", "text", "time", "session_id", "vectors")}
-            message["source"] = f"{path.name}:{line_no}"
+            message = {k: record.get(k) for k in (*KEYED_FIELDS, "vectors")}
+            message["source"] = last_key[user] = message_key(last_key.get(user, user), message)
+            message["aliases"] = (f"{path.name}:{line_no}",)
             if current is None or current.user_id != user:
                 if current is not None:
                     yield current
-                current = UserHistory(user, [])
+                current = UserHistory(user)
             current.messages.append(message)
+            current.positions.append(f"{path} line {line_no}")
     if current is not None:
         yield current
 
@@ -112,14 +150,21 @@ def export_lines(user_id: str, messages: Sequence[dict]) -> Iterator[str]:
         yield json.dumps({"user_id": user_id, **m}, ensure_ascii=False)
 
 
-def main(command: str, argv: Sequence[str]) -> int:
-    """`lazymem import ...` / `lazymem export ...` (see the module docstring)."""
-    from lazymem.agent.inputs import BadInput
-    from lazymem.agent.memory import DEFAULT_TENANT, Memory
-    from lazymem.agent.store import UnknownUser
-    from lazymem.data.schema import DataError
+class _Failed(Exception):
+    """A failure of the command, as the one line it prints."""
 
-    parser = argparse.ArgumentParser(prog=f"lazymem {command}")
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A malformed command line in one line (argparse's own adds the usage)."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def main(command: str, argv: Sequence[str]) -> int:
+    """`lazymem import ...` / `lazymem export ...` (see the module docstring); the exit status."""
+    from lazymem.agent.memory import DEFAULT_TENANT
+
+    parser = _Parser(prog=f"lazymem {command}")
     if command == "import":
         parser.add_argument("file")
         parser.add_argument("--format", choices=FORMATS, default="jsonl")
@@ -129,28 +174,89 @@ def main(command: str, argv: Sequence[str]) -> int:
         parser.add_argument("--vectors", action="store_true", help="with each message's embedding vectors")
     parser.add_argument("--tenant", default=DEFAULT_TENANT)
     args, overrides = parser.parse_known_args(argv)
-    # retrieval-only: a retriever names the vectors, and no memory model is needed to store or read
-    with Memory.from_config([*overrides, "method=rag"]) as memory:
-        try:
+    # a database that is down: the pool warns of every failed connection, then the store gives up
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    try:
+        if command == "import":
+            with open(args.file, "rb"):  # readable: checked before the config, which takes seconds
+                pass
+        with _open_memory(overrides) as memory:
             if command == "export":  # page by page: a user of any size in bounded memory
                 for part in memory.export_pages(args.user, tenant=args.tenant, vectors=args.vectors):
                     for line in export_lines(args.user, part):
                         print(line)
             else:
                 _import(memory, args)
-        except (BadInput, DataError, UnknownUser) as e:
-            print(f"lazymem {command}: {e}", file=sys.stderr)
-            return 1
+    except _Failed as e:
+        return _fail(command, str(e))
+    except (AgentError, DataError, OSError) as e:
+        return _fail(command, _explain(e))
     return 0
 
 
+def _fail(command: str, reason: str) -> int:
+    one_line = " ".join(part.strip() for part in reason.splitlines())  # a driver's error spans lines
+    print(f"lazymem {command}: {one_line}", file=sys.stderr)
+    return 1
+
+
+def _open_memory(overrides: Sequence[str]):
+    """The Memory the overrides configure, retrieval only: a retriever names the vectors, and no memory
+    model is needed to store or read."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lazymem.agent.memory import Memory
+
+    try:
+        return Memory.from_config([*overrides, "method=rag"])
+    except MissingConfigException as e:  # Hydra's message lists its search path, over many lines
+        options = f"; choose one of {', '.join(e.options)}" if e.options else ""
+        raise _Failed(f"no config {e.missing_cfg_file!r}{options}") from None
+    except (HydraException, OmegaConfBaseException, ValueError) as e:  # an override, or a value in agent.*
+        raise _Failed(f"bad configuration: {e}") from None
+
+
 def _import(memory, args: argparse.Namespace) -> None:
-    total = 0
-    for history in read_histories(args.file, args.format, args.user):
-        total += memory.import_(
-            history.user_id,
-            history.messages,
-            tenant=args.tenant,
-            progress=lambda n, user=history.user_id: print(f"{user}: {n} messages", file=sys.stderr),
-        )
-    print(f"imported {total} messages from {args.file}", file=sys.stderr)
+    stored = skipped = 0
+    try:
+        for history in read_histories(args.file, args.format, args.user):
+            done = memory.import_(
+                history.user_id,
+                history.messages,
+                tenant=args.tenant,
+                progress=lambda n, user=history.user_id: print(f"{user}: {n} messages", file=sys.stderr),
+                where=history.positions.__getitem__,
+            )
+            print(f"{history.user_id}: imported {_counts(done.stored, done.skipped)}", file=sys.stderr)
+            stored, skipped = stored + done.stored, skipped + done.skipped
+    except BadInput as e:  # names the message, its field, and what this user's import stored before it
+        earlier = f"; {stored} messages of the users before it were stored too" if stored else ""
+        raise _Failed(f"{e}{earlier}; fix it and run the import again (what is stored is skipped)") from None
+    except DataError as e:  # the file's users before it are stored
+        before = f"{stored} messages of the users before it were stored" if stored else "nothing was stored"
+        raise _Failed(f"{_explain(e)} ({before})") from None
+    print(f"imported {_counts(stored, skipped, f' from {args.file}')}", file=sys.stderr)
+
+
+def _counts(stored: int, skipped: int, source: str = "") -> str:
+    return f"{stored + skipped} messages{source} ({stored} stored, {skipped} already stored)"
+
+
+def _explain(e: AgentError | DataError | OSError) -> str:
+    """The error's line, with what to do about it."""
+    if isinstance(e, StoreUnavailable):
+        return f"{e}; check agent.store.dsn and that the database is up, then run the command again"
+    if isinstance(e, UnknownUser):
+        return f"{e}; check the user id and --tenant"
+    if isinstance(e, DataError):
+        return f"{e}; fix the file (or name its --format) and run the import again"
+    if isinstance(e, FileNotFoundError):
+        return f"no such file: {e.filename}; check the path"
+    if isinstance(e, IsADirectoryError):
+        return f"{e.filename} is a folder; pass one file in it"
+    if isinstance(e, PermissionError):
+        return f"cannot read {e.filename}: permission denied; check its permissions"
+    if isinstance(e, OSError):
+        return f"{e.filename or 'I/O error'}: {e.strerror or e}"
+    return str(e)

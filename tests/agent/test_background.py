@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 from lazymem.agent.background import Maintenance, Refresh, Retention
-from lazymem.agent.service import Tenant
+from lazymem.agent.tenants import Tenant
 
 
 class FlakyMemory:
@@ -38,7 +38,7 @@ class FlakyMemory:
 def test_one_failing_tenant_neither_stops_the_others_nor_the_next_round(caplog):
     memory = FlakyMemory(failures=1)
     tenants = [Tenant("broken", 1.0), Tenant("fine", 1.0), Tenant("forever", None)]
-    retention = Retention(memory, tenants, every_s=3600, retry_s=60)
+    retention = Retention(memory, lambda: tenants, every_s=3600, retry_s=60)
     with caplog.at_level(logging.INFO, logger="lazymem.agent.background"):
         assert asyncio.run(retention.round()) is False
     assert memory.purged == ["fine"] and memory.maintained == 0  # maintenance is its own loop
@@ -55,7 +55,7 @@ def test_one_failing_tenant_neither_stops_the_others_nor_the_next_round(caplog):
 
 def test_the_loops_go_on_after_an_error(caplog):
     memory = FlakyMemory(failures=10**6)
-    retention = Retention(memory, [Tenant("broken", 1.0)], every_s=0.01, retry_s=0.01)
+    retention = Retention(memory, lambda: [Tenant("broken", 1.0)], every_s=0.01, retry_s=0.01)
     refresh = Refresh(memory, every_s=0.01)
 
     async def run_a_while():

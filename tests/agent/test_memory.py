@@ -68,7 +68,7 @@ def test_sync_and_async_forms(tmp_path):
         assert cache.count() == 2
         cache.close()
         assert "ski" in memory.query("kim", "What do I do in winter?").text
-        assert memory.forget("kim") == 2
+        assert memory.forget_all("kim") == 2
         assert not user_dirs[0].exists()  # a forgotten user leaves no folder
         with pytest.raises(UnknownUser):
             memory.export("kim")
@@ -136,7 +136,7 @@ def test_memory_model_gate_and_forget_everywhere(tmp_path):
         dirs = (tmp_path / "data", tmp_path / "cache")
         assert any(p.name == "llm.sqlite" for p in (tmp_path / "data").rglob("*"))
         assert files_containing(canary.encode(), *dirs)
-        assert http.post("/v1/users/gina/forget", json={}).json() == {"deleted": 4}
+        assert http.delete("/v1/users/gina").json() == {"deleted": 4}
         assert files_containing(canary.encode(), *dirs) == []
         assert canary not in svc.log.read_text()
     finally:

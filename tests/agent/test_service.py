@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
 
 import httpx
 import pytest
 
-from agent_helpers import Service, files_containing
+from agent_helpers import ROOT, Service, files_containing
 
 KEYS = {"a": "key-a-0123456789", "b": "key-b-0123456789", "short": "key-short-0123456789"}
 
@@ -28,7 +31,9 @@ def service(tmp_path_factory):
         "method=rag",
         f"serve.keys_file={keys_file}",
         "serve.purge_every_s=0.5",
-        "serve.max_body_bytes=20000",
+        "serve.max_body_bytes=20000",  # holds a message of max_text_chars at 4 bytes a character
+        "agent.limits.max_text_chars=4000",
+        "agent.limits.max_question_chars=4000",
         "agent.limits.max_messages_per_add=50",
     )
     svc.tmp = tmp
@@ -66,7 +71,7 @@ def test_add_query_export_forget_round_trip(service):
     assert c.post("/v1/users/ann/forget", json={"message_ids": [ids[0]]}).json() == {"deleted": 1}
     left = [m["id"] for m in c.get("/v1/users/ann/export").json()["messages"]]
     assert ids[0] not in left and len(left) == 2
-    assert c.post("/v1/users/ann/forget", json={}).json() == {"deleted": 2}
+    assert c.delete("/v1/users/ann").json() == {"deleted": 2}
     assert c.get("/v1/users/ann/export").status_code == 404
     assert c.post("/v1/users/ann/query", json={"question": "dog?"}).status_code == 404
 
@@ -77,7 +82,7 @@ def test_a_key_reaches_only_its_own_tenant(service):
     assert a.post("/v1/users/shared-name/messages", json=secrets).status_code == 201
     assert b.get("/v1/users/shared-name/export").status_code == 404
     assert b.post("/v1/users/shared-name/query", json={"question": "secret?"}).status_code == 404
-    assert b.post("/v1/users/shared-name/forget", json={}).status_code == 404
+    assert b.delete("/v1/users/shared-name").status_code == 404
     assert b.post("/v1/users/shared-name/messages", json=msgs("tenant b here")).status_code == 201
     assert [m["text"] for m in a.get("/v1/users/shared-name/export").json()["messages"]] == [
         "secret of tenant a",
@@ -110,13 +115,15 @@ def test_bad_bodies_are_4xx_and_write_nothing(service):
     bad_json = post(
         "/v1/users/v/messages", content=b'{"messages": [', headers={"content-type": "application/json"}
     )
-    assert bad_json.status_code == 400 and bad_json.json()["detail"][0]["type"] == "json_invalid"
-    assert post("/v1/users/v/messages", json={"messages": [{"role": "user"}]}).status_code == 422
-    assert post("/v1/users/v/messages", json={"msgs": []}).status_code == 422
-    assert (
-        post("/v1/users/v/messages", json={"messages": [{"role": "u", "text": "x", "extra": 1}]}).status_code
-        == 422
-    )
+    assert bad_json.status_code == 400 and bad_json.json() == {
+        "code": "bad_input",
+        "detail": "the body is not valid JSON",
+    }
+    missing = post("/v1/users/v/messages", json={"messages": [{"role": "user"}]})
+    assert missing.status_code == 400 and missing.json()["detail"] == "body.messages[0].text: Field required"
+    assert post("/v1/users/v/messages", json={"msgs": []}).status_code == 400
+    extra = post("/v1/users/v/messages", json={"messages": [{"role": "u", "text": "x", "extra": 1}]})
+    assert extra.status_code == 400 and "body.messages[0].extra" in extra.json()["detail"]
     # a batch with one bad message stores none of it
     mixed = {"messages": [{"role": "user", "text": "fine"}, {"role": "user", "text": "   "}]}
     r = post("/v1/users/v/messages", json=mixed)
@@ -125,7 +132,7 @@ def test_bad_bodies_are_4xx_and_write_nothing(service):
     too_many = post("/v1/users/v/messages", json=msgs(*["m"] * 51))
     assert too_many.status_code == 400 and "at most 50" in too_many.json()["detail"]
     assert post("/v1/users/v/query", json={"question": ""}).status_code in (400, 404)
-    assert post("/v1/users/v/forget", json={"message_ids": ["one"]}).status_code == 422
+    assert post("/v1/users/v/forget", json={"message_ids": ["one"]}).status_code == 400
     assert c.get("/v1/users/v/export").status_code == 404  # nothing was written
 
 
@@ -134,6 +141,7 @@ def test_oversized_bodies_are_413_with_or_without_a_length(service):
     big = json.dumps(msgs("x" * 30000)).encode()
     r = c.post("/v1/users/w/messages", content=big, headers={"content-type": "application/json"})
     assert r.status_code == 413 and "serve.max_body_bytes" in r.json()["detail"]
+    assert r.json()["code"] == "too_large"
 
     def chunks():
         for i in range(0, len(big), 4096):
@@ -148,7 +156,7 @@ def test_forget_of_unknown_ids_deletes_nothing(service):
     c = client(service)
     ids = c.post("/v1/users/x/messages", json=msgs("one", "two")).json()["ids"]
     r = c.post("/v1/users/x/forget", json={"message_ids": [ids[0], 999999]})
-    assert r.status_code == 404 and "999999" in r.json()["detail"]
+    assert r.status_code == 404 and r.json()["code"] == "unknown_messages" and "999999" in r.json()["detail"]
     assert len(c.get("/v1/users/x/export").json()["messages"]) == 2
 
 
@@ -182,7 +190,7 @@ def test_an_export_with_vectors_imports_into_another_user_and_a_bad_vector_is_a_
     r = c.post("/v1/users/vec-bad/import", content="\n".join([body[0], json.dumps(damaged)]), headers=ndjson)
     assert r.status_code == 400 and r.json()["stored"] == 0
     assert (
-        "message 1: vectors" in r.json()["detail"]
+        "line 2: vectors" in r.json()["detail"]
         and "4 values, but the encoder makes 384" in r.json()["detail"]
     )
     assert c.get("/v1/users/vec-bad/export").status_code == 404
@@ -193,7 +201,7 @@ def test_an_export_with_vectors_imports_into_another_user_and_a_bad_vector_is_a_
         {"user_id": "vec-src", **m} for m in lines
     ]
     r = c.post("/v1/users/vec-dst/import", content=streamed.content, headers=ndjson)  # as exported
-    assert r.status_code == 201 and r.json() == {"stored": 2}
+    assert r.status_code == 201 and r.json() == {"stored": 2, "skipped": 0}
     assert c.get("/v1/users/nobody/export", params={"format": "ndjson"}).status_code == 404
     assert (
         "Tom" in c.post("/v1/users/vec-dst/query", json={"question": "What is my cat called?"}).json()["text"]
@@ -248,6 +256,28 @@ def test_a_forgotten_canary_is_in_no_file_and_no_log(service):
     assert canary in found["text"]
     dirs = (service.tmp / "data", service.tmp / "cache")
     assert files_containing(canary.encode(), *dirs)  # it was stored somewhere: the check below can fail
-    assert c.post("/v1/users/canary/forget", json={}).json() == {"deleted": 2}
+    assert c.delete("/v1/users/canary").json() == {"deleted": 2}
     assert files_containing(canary.encode(), *dirs) == []
     assert canary not in service.log.read_text() and KEYS["a"] not in service.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("agent.max_open_users=-1", "agent.max_open_users: expected an integer >= 1, got -1"),
+        ("serve.max_body_bytes=100", "serve.max_body_bytes: "),
+        ("mcp.user=' '", "mcp.user: "),
+    ],
+)
+def test_a_bad_setting_refuses_start_up_in_one_line_naming_its_key(tmp_path, override, line):
+    done = subprocess.run(
+        [sys.executable, "-m", "lazymem.run", "serve", "method=rag", override, f"agent.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LAZYMEM_API_KEYS": "key-0123456789=t"},
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith(f"lazymem serve: {line}")

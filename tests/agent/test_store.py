@@ -1,17 +1,26 @@
 """The storage contract (lazymem/agent/store.py): `agent.store` names the store, and a wrong name or a
-missing DSN fails with the key to set; what every store promises, tried on both."""
+missing DSN fails with the key to set; what every store promises, tried on both: aliases, idempotency keys
+and readiness among them."""
 
 from __future__ import annotations
 
+import sqlite3
+import time
+from contextlib import closing
+
 import pytest
 
-from lazymem.agent.store import NewMessage, Snapshot, open_store
+from lazymem.agent.errors import IdempotencyConflict
+from lazymem.agent.sqlite_store import SQLiteStore
+from lazymem.agent.store import Added, Idempotency, NewMessage, Readiness, Snapshot, open_store
 
 
 def test_open_store_names_its_kinds(tmp_path, pg_dsn):
-    assert type(open_store({"kind": "sqlite"}, tmp_path)).__name__ == "SQLiteStore"
-    pg = open_store({"kind": "postgres", "dsn": pg_dsn}, tmp_path)
-    assert pg.derived_in_store
+    lite = open_store({"kind": "sqlite", "idempotency_ttl_s": 60}, tmp_path)
+    assert type(lite).__name__ == "SQLiteStore" and lite.idempotency_ttl_s == 60
+    lite.close()
+    pg = open_store({"kind": "postgres", "dsn": pg_dsn, "wait_s": 1.5, "idempotency_ttl_s": 60}, tmp_path)
+    assert pg.derived_in_store and (pg.wait_s, pg.idempotency_ttl_s) == (1.5, 60)
     pg.close()
     with pytest.raises(ValueError, match="needs agent.store.dsn"):
         open_store({"kind": "postgres", "dsn": None}, tmp_path)
@@ -20,20 +29,46 @@ def test_open_store_names_its_kinds(tmp_path, pg_dsn):
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def any_store(request, tmp_path):
-    cfg = {"kind": request.param}
-    if request.param == "postgres":
-        cfg["dsn"] = request.getfixturevalue("pg_dsn")
-    store = open_store(cfg, tmp_path)
-    yield store
-    store.close()
+def open_any(request, tmp_path):
+    """Opens a store of each kind with the given `agent.store` keys (closed after the test)."""
+    opened = []
+
+    def open_(**cfg):
+        cfg["kind"] = request.param
+        if request.param == "postgres":
+            cfg["dsn"] = request.getfixturevalue("pg_dsn")
+        opened.append(open_store(cfg, tmp_path))
+        return opened[-1]
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def any_store(open_any):
+    return open_any()
+
+
+def new(*texts: str) -> list[NewMessage]:
+    return [NewMessage("user", t, "t", "s") for t in texts]
+
+
+def keyed(text: str, source: str, *aliases: str) -> NewMessage:
+    return NewMessage("user", text, "t", "s", source, aliases)
+
+
+def key_rows(store) -> int:
+    """The idempotency keys the store holds, all users."""
+    if isinstance(store, SQLiteStore):
+        with closing(sqlite3.connect(store.path)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
+    with store.connection() as conn:
+        return conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
 
 
 def test_a_snapshot_after_an_id_reads_only_newer_messages_with_the_generation(any_store):
-    def new(*texts):
-        return [NewMessage("user", t, "t", "s") for t in texts]
-
-    ids = any_store.add("t", "u", new("a", "b"))
+    ids = any_store.add("t", "u", new("a", "b")).ids
     full = any_store.snapshot("t", "u")
     assert [m.text for m in full.messages] == ["a", "b"]
     none_new = any_store.snapshot("t", "u", after=ids[-1])
@@ -49,7 +84,7 @@ def test_a_snapshot_after_an_id_reads_only_newer_messages_with_the_generation(an
 
 
 def test_a_limited_snapshot_reads_the_oldest_messages_page_by_page(any_store):
-    ids = any_store.add("t", "u", [NewMessage("user", t, "t", "s") for t in "abcde"])
+    ids = any_store.add("t", "u", [NewMessage("user", t, "t", "s") for t in "abcde"]).ids
     pages, after = [], 0
     while page := any_store.snapshot("t", "u", after=after, limit=2).messages:
         pages.append([m.text for m in page])
@@ -60,11 +95,6 @@ def test_a_limited_snapshot_reads_the_oldest_messages_page_by_page(any_store):
 
 
 def test_a_purge_names_each_users_deleted_messages_to_vector_keys_one_user_at_a_time(any_store):
-    import time
-
-    def new(*texts):
-        return [NewMessage("user", t, "t", "s") for t in texts]
-
     any_store.add("t", "ann", new("a1", "a2"))
     any_store.add("t", "bob", new("b1"))
     any_store.add("other", "ann", new("elsewhere"))
@@ -81,3 +111,94 @@ def test_a_purge_names_each_users_deleted_messages_to_vector_keys_one_user_at_a_
         any_store.snapshot("t", "ann").messages == []
         and len(any_store.snapshot("other", "ann").messages) == 1
     )
+
+
+def test_a_message_stored_under_one_of_its_aliases_is_not_stored_again(any_store):
+    old = any_store.add("t", "u", [keyed("hello", "v1:1"), keyed("ok", "v1:2")])
+    assert old == Added(old.ids, 2)
+    any_store.finish(any_store.claim_pending(60))
+    renamed = any_store.add("t", "u", [keyed("hello", "v2:1", "v1:1"), keyed("ok", "v2:2", "v1:0", "v1:2")])
+    assert renamed == Added(old.ids, 0) and renamed.skipped == 2
+    assert any_store.ready().backlog == 0  # nothing stored: nothing to index
+    more = any_store.add("t", "u", [keyed("new", "v2:3", "v1:3"), keyed("new", "v2:3")])
+    assert more.stored == 1 and more.ids[0] == more.ids[1]  # a source named twice in a batch: once
+    assert any_store.add("t", "u", [keyed("new", "v3:3", "v2:3")]).ids == [more.ids[0]]
+    assert [m.text for m in any_store.snapshot("t", "u").messages] == ["hello", "ok", "new"]
+    assert any_store.add("t", "other", [keyed("hello", "v2:1", "v1:1")]).stored == 1  # per user
+
+
+def test_an_idempotency_key_replays_the_first_add_and_writes_nothing(any_store):
+    key = Idempotency("req-1", "digest-1")
+    first = any_store.add("t", "u", new("a", "b"), key)
+    assert first == Added([1, 2], 2)
+    any_store.finish(any_store.claim_pending(60))
+    generation = any_store.snapshot("t", "u").generation
+    again = any_store.add("t", "u", new("a", "b"), key)
+    assert again == Added([1, 2], 0, replayed=True) and again.skipped == 0
+    assert [m.text for m in any_store.snapshot("t", "u").messages] == ["a", "b"]
+    # no pending user, no new generation, no id taken from the tenant's counter
+    assert any_store.ready().backlog == 0 and any_store.snapshot("t", "u").generation == generation
+    assert any_store.add("t", "u", new("c")).ids == [3]
+    # a key is the user's own
+    assert any_store.add("t", "v", new("a", "b"), key).stored == 2
+    assert any_store.add("t2", "u", new("a", "b"), key).stored == 2
+
+
+def test_an_idempotency_key_sent_with_another_body_is_a_conflict_and_stores_nothing(any_store):
+    any_store.add("t", "u", new("a"), Idempotency("req-1", "digest-1"))
+    with pytest.raises(IdempotencyConflict, match="another request body") as caught:
+        any_store.add("t", "u", new("the other body"), Idempotency("req-1", "digest-2"))
+    assert "the other body" not in str(caught.value) and caught.value.status == 409
+    assert [m.text for m in any_store.snapshot("t", "u").messages] == ["a"]
+
+
+def test_an_expired_key_is_taken_anew_and_maintain_deletes_expired_keys(open_any):
+    store = open_any(idempotency_ttl_s=0.5)
+    store.add("t", "u", new("a"), Idempotency("k", "d1"))
+    time.sleep(0.6)
+    renewed = store.add("t", "u", new("b"), Idempotency("k", "d2"))  # the first is forgotten: no conflict
+    assert renewed.stored == 1
+    assert store.add("t", "u", new("b"), Idempotency("k", "d2")) == Added(renewed.ids, 0, replayed=True)
+    store.add("t", "u", new("c"), Idempotency("k2", "d3"))
+    store.maintain()
+    assert key_rows(store) == 2  # neither has expired yet
+    time.sleep(0.6)
+    store.maintain()  # no deletion is pending: the expired keys go all the same
+    assert key_rows(store) == 0
+    assert [m.text for m in store.snapshot("t", "u").messages] == ["a", "b", "c"]
+
+
+def test_forgetting_all_of_a_user_forgets_the_keys_and_other_deletions_keep_them(any_store):
+    key = Idempotency("k", "d1")
+    first = any_store.add("t", "u", new("a", "b"), key)
+    any_store.forget("t", "u", [first.ids[0]])
+    assert any_store.add("t", "u", new("a", "b"), key) == Added(first.ids, 0, replayed=True)
+    assert any_store.purge("t", time.time() + 1) == {"u": 1}
+    assert any_store.add("t", "u", new("a", "b"), key) == Added(first.ids, 0, replayed=True)
+    any_store.add("t", "other", new("x"), key)
+    any_store.forget("t", "u")
+    again = any_store.add("t", "u", new("x"), Idempotency("k", "d2"))
+    assert again.stored == 1 and not again.replayed
+    with pytest.raises(IdempotencyConflict):  # another user's key stays
+        any_store.add("t", "other", new("y"), Idempotency("k", "d2"))
+
+
+def test_ready_counts_the_pending_users_and_ages_the_oldest_and_the_oldest_claim(any_store):
+    assert any_store.ready() == Readiness(0, None, None)
+    any_store.add("t", "a", new("1"))
+    time.sleep(1.0)
+    any_store.add("t", "b", new("2"))
+    ready = any_store.ready()
+    assert ready.backlog == 2 and ready.oldest_pending_s >= 1.0 and ready.oldest_claim_s is None
+    claim = any_store.claim_pending(lease_s=60)
+    assert claim.user == "a"
+    time.sleep(0.2)
+    any_store.add("t", "a", new("3"))  # added to while claimed: still pending after finish
+    assert any_store.ready().oldest_claim_s >= 0.2
+    any_store.finish(claim)
+    ready = any_store.ready()
+    # a is pending since its claim now, b since its add: both under a second ago
+    assert ready.backlog == 2 and 0.2 <= ready.oldest_pending_s < 1.0 and ready.oldest_claim_s is None
+    any_store.claim_pending(lease_s=0.1)
+    time.sleep(0.2)
+    assert any_store.ready().oldest_claim_s is None  # an expired claim is not a live one

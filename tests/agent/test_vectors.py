@@ -134,14 +134,14 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
         bad = [dict(line, source=f"dump:{n}") for n, line in enumerate(lines, 1)]
         bad[3] = dict(bad[3], vectors={model: {k: encode(unit(1, 0)) for k in bad[3]["vectors"][model]}})
         with pytest.raises(
-            BadInput, match=r"message 3 \(dump:4\): vectors.*2 values, but the encoder makes 384"
+            BadInput, match=r"message 4: vectors.*2 values, but the encoder makes 384"
         ):
             target.import_("kim", bad)
         with pytest.raises(KeyError):
             target.export("kim")  # nothing of the refused batch was stored
 
         moved = [dict(line, source=f"dump:{n}") for n, line in enumerate(lines, 1)]
-        assert target.import_("kim", moved) == len(texts)
+        assert target.import_("kim", moved).stored == len(texts)
         with psycopg.connect(pg_dsn) as conn:
             stored = conn.execute("SELECT key, value FROM derived WHERE kind = 'embedding'").fetchall()
         carried = {k: v for line in lines for k, v in line["vectors"][model].items()}
@@ -182,7 +182,7 @@ def test_an_import_with_vectors_beside_a_running_indexer_embeds_no_message(tmp_p
             target.store, "generations", lambda users: time.sleep(0.05) or real_generations(users)
         )
 
-        async def import_while_indexing() -> int:
+        async def import_while_indexing():
             done = asyncio.Event()
 
             async def indexer() -> None:
@@ -197,6 +197,6 @@ def test_an_import_with_vectors_beside_a_running_indexer_embeds_no_message(tmp_p
                 done.set()
                 await task
 
-        assert target._run(import_while_indexing()) == len(texts)
+        assert target._run(import_while_indexing()).stored == len(texts)
         target.index_pending()
         assert encoded == ["width"]

@@ -74,7 +74,7 @@ def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgr
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT COUNT(*) FROM derived WHERE user_id = 'cat'").fetchone()[0] > 0
 
-    assert one.post("/v1/users/cat/forget", json={}).json() == {"deleted": 2}
+    assert one.delete("/v1/users/cat").json() == {"deleted": 2}
     with psycopg.connect(pg_dsn) as conn:
         for table in ("messages", "derived", "generations"):
             rows = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id = 'cat'").fetchone()[0]
