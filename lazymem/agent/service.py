@@ -330,6 +330,8 @@ def _validation_message(request: Request, errors: Sequence[dict]) -> str:
 _NDJSON_BODY = {
     "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}
 }
+
+
 async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):
     """Messages from an NDJSON body, `batch_size` at a time with their line numbers, checked line by line
     as they arrive."""

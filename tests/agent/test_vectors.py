@@ -133,9 +133,7 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
 
         bad = [dict(line, source=f"dump:{n}") for n, line in enumerate(lines, 1)]
         bad[3] = dict(bad[3], vectors={model: {k: encode(unit(1, 0)) for k in bad[3]["vectors"][model]}})
-        with pytest.raises(
-            BadInput, match=r"message 4: vectors.*2 values, but the encoder makes 384"
-        ):
+        with pytest.raises(BadInput, match=r"message 4: vectors.*2 values, but the encoder makes 384"):
             target.import_("kim", bad)
         with pytest.raises(KeyError):
             target.export("kim")  # nothing of the refused batch was stored
