@@ -150,7 +150,7 @@ def test_a_retriever_with_its_own_per_user_cache_forgets_with_the_user(outside, 
         memory.query("bob", "anything?")
         seen = {p.read_text() for p in (tmp_path / "data").rglob("seen.txt")}
         assert seen == {"my canary is zq-4471", "nothing to see"}  # one file per user, in the user's storage
-        memory.forget("alice")
+        memory.forget_all("alice")
         left = [p.read_text() for p in (tmp_path / "data").rglob("seen.txt")]
         assert left == ["nothing to see"]
     assert not any("zq-4471" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())
