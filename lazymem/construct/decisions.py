@@ -1,7 +1,8 @@
 """The memory model's per-window output: one KEEP/DROP decision per message, and its format gate.
 
 `check_decisions` is the single strict gate (paper Eq. 6, the set V): inference, SFT filtering and the
-RL reward all call it, so "valid" means the same thing everywhere. `salvage_decisions` is a lenient
+RL reward all call it, so "valid" means the same thing everywhere. `decision_array_ok` is Table 3's looser
+"Gate Fmt.", which only asks that the reply contain the decision array. `salvage_decisions` is a lenient
 fallback for inference only; callers count its successes separately and the RL reward never uses it.
 """
 
@@ -127,19 +128,24 @@ def check_decisions(text: str, n: int) -> GateResult:
 
 
 def decision_array_ok(text: str, n: int) -> bool:
-    """Table 3's "Gate Fmt." of the paper: the final text parses as one JSON array holding exactly one
-    decision (an object whose op is KEEP or DROP) per input message. Structural compliance only: looser
-    than `check_decisions`, which also checks the fields, their types and the KEEP/DROP content rules."""
+    """Table 3's "Gate Fmt." as the paper defines it: the final text *contains* a parseable JSON array
+    holding exactly one decision (an object whose op is KEEP or DROP) per input message. An array inside a
+    ```json fence or after a line of prose counts. Structural compliance only: the strict gate
+    (`check_decisions`, Eq. 6's set V) also wants the whole final text to be that array, and checks the
+    fields, their types and the KEEP/DROP content rules."""
     _, final = split_thinking(text or "")
-    try:
-        value = json.loads(final)
-    except json.JSONDecodeError:
-        return False
-    return (
-        isinstance(value, list)
-        and len(value) == n
-        and all(isinstance(item, dict) and item.get("op") in OPS for item in value)
-    )
+    for start in (m.start() for m in re.finditer(r"\[", final)):
+        try:
+            value, _ = json.JSONDecoder().raw_decode(final, start)  # parseable as json.loads parses
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(value, list)
+            and len(value) == n
+            and all(isinstance(item, dict) and item.get("op") in OPS for item in value)
+        ):
+            return True
+    return False
 
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?|```")

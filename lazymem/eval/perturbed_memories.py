@@ -17,7 +17,8 @@ bootstrap (paper: "Multiple deletions and random additions are first averaged wi
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,15 +102,20 @@ def summarize(records: list[dict], names: Sequence[str], resamples: int = 10000,
 
     Accuracy, Δ and tokens are over the questions that have both full gold and the variant judged, so
     every row compares the same questions. C→I: among questions full gold answers correctly, the mean
-    share of the variant's memories answered wrongly.
+    share of the variant's memories answered wrongly. `errors` counts the variant's memories whose answer
+    or judge call failed (e.g. a +all non-gold memory past the answer model's context), `error_messages`
+    says why, and `dropped` counts the questions the variant was run on but that its row leaves out.
     """
     correct = per_question(records, "correct")
     tokens = per_question(records, "input_tokens")
     memory_tokens = per_question(records, "memory_tokens")
     ref = correct.get(REFERENCE, {})
+    failed = [r for r in records if r["status"] != "ok"]
     rows = {}
     for name in names:
         acc = {q: v for q, v in correct.get(name, {}).items() if q in ref}
+        # one count per kind of error: the token counts a message names are left out
+        errors = Counter(re.sub(r"\d{3,}", "N", r.get("error") or "") for r in failed if r["variant"] == name)
         flips = [1 - acc[q] for q in acc if ref[q] == 1]
         delta = paired_bootstrap(ref, acc, resamples, seed) if name != REFERENCE else None
         rows[name] = {
@@ -121,6 +127,9 @@ def summarize(records: list[dict], names: Sequence[str], resamples: int = 10000,
             "c_to_i_questions": len(flips),
             "input_tokens": mean(tokens.get(name, {}).get(q) for q in acc),
             "memory_tokens": mean(memory_tokens.get(name, {}).get(q) for q in acc),
+            "errors": errors.total(),
+            "error_messages": dict(errors.most_common(3)),
+            "dropped": len({r["qid"] for r in records if r["variant"] == name} - set(acc)),
         }
     return {
         "records": len(records),

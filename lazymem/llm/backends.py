@@ -48,6 +48,11 @@ class Dialect:
         """The extra-body fields that cap reasoning tokens; {} where the server has no such cap."""
         return {}
 
+    def thinking(self, on: bool) -> dict[str, Any]:
+        """The extra-body fields that switch thinking on or off: a Qwen3-style chat template's switch, which
+        the local servers (vLLM, llama.cpp) render."""
+        return {"chat_template_kwargs": {"enable_thinking": on}}
+
 
 @dataclass(frozen=True)
 class VllmDialect(Dialect):
@@ -64,6 +69,11 @@ class DeepSeekDialect(Dialect):
 
     name: str = "deepseek"
     formats: tuple[str, ...] = ("text", "json_object")
+
+    def thinking(self, on: bool) -> dict[str, Any]:
+        """DeepSeek reads its own body field and thinks when a request says nothing; it has no chat template
+        switch (api-docs.deepseek.com/guides/thinking_mode)."""
+        return {"thinking": {"type": "enabled" if on else "disabled"}}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import os
 import random
 import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,7 +68,7 @@ class Decoding:
     top_p: float | None = None
     max_tokens: int | None = None
     seed: int | None = None  # sample i is sent with seed + i, so samples differ but replay exactly
-    thinking: bool | None = None  # Qwen3 chat template switch; None sends nothing
+    thinking: bool | None = None  # on/off in the dialect's words (Dialect.thinking); None sends nothing
     thinking_budget: int | None = None  # cap on reasoning tokens, sent where the server supports one
 
 
@@ -112,8 +113,9 @@ def _api_key(env_name: str | None) -> str:
     return key
 
 
-def _parse(resp: Any) -> tuple[str, str | None, str | None, int, int]:
-    """(text, reasoning, finish_reason, prompt_tokens, completion_tokens) or MalformedResponse."""
+def _parse(resp: Any) -> tuple[str, str | None, str | None, int, int, str | None]:
+    """(text, reasoning, finish_reason, prompt_tokens, completion_tokens, model) or MalformedResponse;
+    model is the id the server says answered (a hosted alias resolves to a dated model over time)."""
     try:
         choice = resp.choices[0]
         msg = choice.message
@@ -124,11 +126,12 @@ def _parse(resp: Any) -> tuple[str, str | None, str | None, int, int]:
         pt = int(getattr(usage, "prompt_tokens", 0) or 0)
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
         finish = choice.finish_reason
+        model = getattr(resp, "model", None)
     except (AttributeError, TypeError, IndexError, KeyError, ValueError) as e:
         raise MalformedResponse(f"malformed response ({type(e).__name__}): {str(resp)[:300]!r}") from e
     if content is not None and not isinstance(content, str):
         raise MalformedResponse(f"message content is {type(content).__name__}, not text")
-    return content or "", reasoning, finish, pt, ct
+    return content or "", reasoning, finish, pt, ct, model if isinstance(model, str) else None
 
 
 def _classify(e: BaseException, timeout_s: float) -> tuple[str, bool, float | None]:
@@ -164,6 +167,7 @@ class LLMClient:
         self._sem: asyncio.Semaphore | None = None
         self.counts = {"calls": 0, "errors": 0, "retries": 0, "cache_hits": 0}
         self.tokens = {"prompt": 0, "completion": 0}
+        self.answered_as: Counter[str] = Counter()  # the model ids the server answered with, per call
 
     def _bind(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
         """Client and endpoint semaphore for the running loop (fresh ones when a new asyncio.run starts)."""
@@ -190,8 +194,8 @@ class LLMClient:
             body["response_format"] = self.cfg.dialect.response_format(response_format)
         extra = dict(self.cfg.extra_body)
         if decoding.thinking is not None:
-            kwargs = {**extra.get("chat_template_kwargs", {}), "enable_thinking": decoding.thinking}
-            extra["chat_template_kwargs"] = kwargs
+            for name, value in self.cfg.dialect.thinking(decoding.thinking).items():
+                extra[name] = {**extra.get(name, {}), **value}
         if decoding.thinking_budget is not None:
             extra.update(self.cfg.dialect.thinking_budget(decoding.thinking_budget))
         return body, extra
@@ -230,9 +234,12 @@ class LLMClient:
             hit = await asyncio.to_thread(self.cache.get, key)
             if hit is not None:
                 self.counts["cache_hits"] += 1
-                return Completion(**{**hit, "attempts": 0, "cached": True, "error": None})
+                done = Completion(**{**hit, "attempts": 0, "cached": True, "error": None})
+                self.answered_as[done.model or "(unknown)"] += 1
+                return done
         done = await self._call(body, extra)
         if done.ok:
+            self.answered_as[done.model or "(unknown)"] += 1
             self.tokens["prompt"] += done.prompt_tokens
             self.tokens["completion"] += done.completion_tokens
             if self.cache is not None:
@@ -253,7 +260,8 @@ class LLMClient:
                 try:
                     async with asyncio.timeout(cfg.timeout_s):
                         resp = await client.chat.completions.create(**body, extra_body=extra or None)
-                    done = Completion(*_parse(resp), time.monotonic() - start, attempt)
+                    *parsed, model = _parse(resp)
+                    done = Completion(*parsed, time.monotonic() - start, attempt, model=model)
                 except asyncio.CancelledError:
                     raise
                 except openai.BadRequestError as e:
@@ -342,8 +350,9 @@ class LLMClient:
         }
 
     def served_by(self) -> dict[str, Any]:
-        """Which server answered this role: its kind (vllm, llamacpp, endpoint, ...), address, name and
-        weights, for the run's records (a URL's user:password part is left out)."""
+        """Which server answered this role: its kind (vllm, llamacpp, endpoint, ...), address, name,
+        weights and the model ids its replies named with their counts, for the run's records (a URL's
+        user:password part is left out)."""
         url = urlsplit(self.cfg.base_url)
         return {
             "kind": getattr(self.server, "kind", "endpoint"),
@@ -351,6 +360,7 @@ class LLMClient:
             "served_name": self.cfg.served_name,
             "model_id": self.cfg.model_id,
             "dialect": self.cfg.dialect.name,
+            "answered_as": dict(self.answered_as),
         }
 
     def close(self) -> None:

@@ -41,6 +41,10 @@ class Completion:
     attempts: int = 0  # 0 for a cache hit
     cached: bool = False
     error: str | None = None
+    # the model id the server answered with (its reply's `model`): a hosted alias such as deepseek-v4-pro
+    # names a dated model that changes over time; None where the server named none, or for a cache entry
+    # written before it was recorded
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning is None and _has_thinking(self.text):  # no reasoning parser on the server

@@ -1,7 +1,9 @@
 """Prompt templates: bundled text files, each overridable by a path in the config.
 
 A template's version is a hash of its text, so editing a prompt changes every cache key that uses it.
-Templates use str.format fields ({query}, {window}, ...); literal braces are doubled.
+A template's placeholders are `{name}` ({query}, {window}, ...), as in the paper's listings (App. G); every
+other brace is literal, so a JSON example with single braces needs no escaping, and `{{` / `}}` stand for
+one brace each, as in str.format (the bundled templates use them).
 """
 
 from __future__ import annotations
@@ -9,10 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 BUNDLED = Path(__file__).resolve().parent
+# a doubled brace, or a placeholder: an identifier in single braces
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)\}")
+
+
+class MissingField(KeyError):
+    """A template placeholder that its caller gives no value for."""
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,22 @@ class Template:
         return hashlib.sha256(self.text.encode()).hexdigest()[:12]
 
     def format(self, **fields) -> str:
-        return self.text.format(**fields)
+        """The text with each placeholder `{name}` replaced by its field; a placeholder without a field is
+        an error naming the fields there are."""
+
+        def fill(match: re.Match) -> str:
+            name = match.group(1)
+            if name is None:
+                return match.group()[0]  # `{{` or `}}`
+            if name not in fields:
+                where = self.path or self.name
+                raise MissingField(
+                    f"prompt template {where} has the placeholder {{{name}}}, which is not one of its fields "
+                    f"{', '.join(f'{{{f}}}' for f in sorted(fields))}"
+                )
+            return str(fields[name])
+
+        return _PLACEHOLDER.sub(fill, self.text)
 
 
 def load(name_or_path: str) -> Template:

@@ -35,10 +35,11 @@ def table12(name: str, result: dict, ref: dict) -> Table:
         f"table12_{name}".replace("/", "_"),
         f"Table 12 ({name}): controlled memory perturbations, ours (paper)",
         ["memory", "n"],
-        ["Acc. (%)", "Δ (pp)", "Δ 95% low", "Δ 95% high", "C→I (%)", "Tok."],
-        note="Δ: paired accuracy change from full gold, 95% CI by question-level paired bootstrap; "
-        "C→I: share of answers correct with full gold that turn wrong; Tok.: mean answer-model input "
-        "tokens (Qwen).",
+        ["Acc. (%)", "Err.", "Δ (pp)", "Δ 95% low", "Δ 95% high", "C→I (%)", "Tok."],
+        note="n: questions scored; Err.: the row's memories whose answer or judge call failed (e.g. a +all "
+        "non-gold memory past the answer model's context), left out of n and of every number of the row; "
+        "Δ: paired accuracy change from full gold, 95% CI by question-level paired bootstrap; C→I: share "
+        "of answers correct with full gold that turn wrong; Tok.: mean answer-model input tokens (Qwen).",
     )
     for variant, row in result["variants"].items():
         p = paper.get(variant) or {}
@@ -48,6 +49,7 @@ def table12(name: str, result: dict, ref: dict) -> Table:
                 [variant, row["questions"]],
                 [
                     Cell(_pct(row["accuracy"]), p.get("accuracy"), 1),
+                    Cell(row.get("errors"), None, 0),
                     Cell(_pct(delta.get("mean")), p.get("delta"), 1),
                     Cell(_pct(delta.get("low")), p.get("delta_low"), 1),
                     Cell(_pct(delta.get("high")), p.get("delta_high"), 1),

@@ -212,14 +212,17 @@ def table3(rows: list[dict], ref: dict) -> list[Table]:
             f"table3_{bench}",
             f"Table 3 ({bench}): accuracy by training stage, ours (paper)",
             ["stage", "method", "run"],
-            types + ["Gate Fmt.", "strict gate", "LJ", "ΔLJ", "Δ CI low", "Δ CI high"],
-            note=f"ΔLJ: vs the first stage; {CI_NOTE}, paired.",
+            types + ["Gate Fmt.", "strict gate (Eq. 6)", "LJ", "ΔLJ", "Δ CI low", "Δ CI high"],
+            note="Gate Fmt.: the paper's, the share of first replies that contain a parseable JSON array "
+            "with one KEEP/DROP decision per message (fenced or after prose counts); strict gate (Eq. 6): "
+            "the share whose whole final text is exactly a valid array, the RL reward's format gate. "
+            f"ΔLJ: vs the first stage; {CI_NOTE}, paired.",
         )
         for r in sub:
             p = (paper.get(r["stage"].lower()) or {}).get(bench) or {}
             by_type = p.get("by_type") or {}
             cells = [Cell(r["accuracy_by_type"].get(ty), by_type.get(ty)) for ty in types]
-            # Gate Fmt. as Table 3 defines it (decision_array_ok), beside our stricter training gate
+            # Gate Fmt. as Table 3 defines it (decision_array_ok), beside the strict gate of Eq. 6
             cells += [
                 Cell(r["format_rate_table3"], p.get("gate_format"), 3),
                 Cell(r["gate_format_rate"], None, 3),

@@ -2,7 +2,8 @@
 
 It reports the CPU's instruction sets beside the llama.cpp build's, each environment the project uses
 (.venv, .venv-sft, .venv-vllm, and on GPU nodes .venv-gpu-serve and .venv-gpu-rl: present, importable,
-versions), the visible GPUs and their free memory, each configured LLM role's backend
+versions; flash_attn in the RL environment, which VERL needs), the visible GPUs and their free memory, each
+configured LLM role's backend
 and what it is missing, and makes one real one-token completion with the bundled SmolLM2: the only check
 that catches a runtime that loads its model and then crashes on the first token (a llama.cpp build for
 another CPU). It writes `doctor.json` and exits non-zero with the list of fixes when anything is wrong.
@@ -11,6 +12,7 @@ another CPU). It writes `doctor.json` and exits non-zero with the list of fixes 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ from lazymem.llm.llm_set import role_config
 from lazymem.llm.models import resolve_model
 from lazymem.llm.runtime import cpu_features, llama_build_info
 from lazymem.llm.servers import LlamaCppServer, ServerStartError
+from lazymem.preflight import rl_env_problems
 
 # The distributions whose versions the report shows, per environment.
 CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "mem0ai")
@@ -103,6 +106,11 @@ def environments(root: Path) -> list[Check]:
             checks.append(environment(name, python, modules, dists, f"rm -r {name}; then {how}"))
         else:
             checks.append(Check(name, None, f"absent ({how})"))
+    rl = os.environ.get("LAZYMEM_RL_PYTHON") or root / ".venv-gpu-rl" / "bin" / "python"
+    if Path(rl).exists():  # VERL's attention: built apart, after the rest (scripts/setup_gpu_env.sh)
+        found = rl_env_problems(str(rl), "the RL environment")
+        detail = "; ".join(found) or "verl and flash_attn import"
+        checks.append(Check(f"VERL's imports ({rl})", not found, detail, "; ".join(found)))
     return checks
 
 

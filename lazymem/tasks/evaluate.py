@@ -64,12 +64,25 @@ def run(cfg, run) -> dict:
     return result
 
 
-def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None, on_record=None) -> BenchmarkSummary:
+def latency_passes(cfg, benchmark: str) -> tuple[int, int]:
+    """(warm-up passes, timed passes) for one benchmark: the latency protocol's `latency.warmup` and
+    `latency.repeats` where a table reports its latency, else one pass (the evaluation itself).
+    `latency.benchmarks` names those benchmarks (main_table: Table 8 is LongMemEval only); unset, all."""
+    timed = OmegaConf.select(cfg, "latency.benchmarks")
+    if timed is not None and benchmark not in timed:
+        return 0, 1
+    return int(cfg.latency.warmup), int(cfg.latency.repeats)
+
+
+def evaluate(
+    cfg, ds, methods, retriever, llms, out_dir, data=None, on_record=None, passes=None
+) -> BenchmarkSummary:
     """Every method over `ds`; writes records.jsonl and results.md into out_dir, returns the summary of
     this benchmark (the task writes summary.json).
 
     `data` is the benchmark's data config (default cfg.data): it names the judge and the metrics.
     `on_record(record)` is called with each evaluated question's record as soon as it is written.
+    `passes` = (warm-up, timed) passes of the latency protocol (default: `latency_passes` of `ds.name`).
     """
     prompts = cfg.prompts
     ctx = Context(retriever, llms, dataset_name=ds.name)
@@ -79,14 +92,12 @@ def evaluate(cfg, ds, methods, retriever, llms, out_dir, data=None, on_record=No
     judge = Judge.from_config(llms["judge"], cfg.data if data is None else data)
     records = Records(out_dir / "records.jsonl", resume=cfg.resume)
     timed = LatencyRuns(out_dir / "latency_runs.jsonl")
-    latency = cfg.latency
-    if (latency.warmup or latency.repeats > 1) and OmegaConf.select(cfg, "llm.cache"):
+    warmup, repeats = latency_passes(cfg, ds.name) if passes is None else passes
+    if (warmup or repeats > 1) and OmegaConf.select(cfg, "llm.cache"):
         log.warning(
             "latency.warmup/repeats with llm.cache=true: repeated calls are cache hits, set llm.cache=false"
         )
-    asyncio.run(
-        _loop(ds, methods, ctx, answerer, judge, records, timed, latency.warmup, latency.repeats, on_record)
-    )
+    asyncio.run(_loop(ds, methods, ctx, answerer, judge, records, timed, warmup, repeats, on_record))
     written = read_records(records.path)
     for r in written:
         later = timed.of(r["method"], r["qid"])

@@ -274,6 +274,38 @@ def test_decision_array_ok_is_structure_only():
     assert decision_array_ok(two, 2)  # the strict gate would reject both items
     assert decision_array_ok("<think>hmm</think>\n" + two, 2)
     assert not decision_array_ok(two, 3)  # one decision per input message
-    assert not decision_array_ok("```json\n" + two + "\n```", 2)  # not parseable as it stands
     assert not decision_array_ok('[{"op": "MAYBE"}, {"op": "DROP"}]', 2)
     assert not decision_array_ok('{"op": "KEEP"}', 1) and not decision_array_ok("", 1)
+
+
+ITEMS = [
+    {"op": "KEEP", "compressed_content": "bike", "reason": "r"},
+    {"op": "DROP", "compressed_content": "", "reason": "r"},
+]
+VALID_TWO = json.dumps(ITEMS)
+
+
+@pytest.mark.parametrize(
+    ("reply", "gate_fmt"),
+    [
+        (VALID_TWO, True),
+        ("```json\n" + VALID_TWO + "\n```", True),  # fenced
+        ("Here are my decisions:\n" + VALID_TWO, True),  # after a line of prose
+        ("Decisions:\n```json\n" + VALID_TWO + "\n```\nDone.", True),  # prose, fence and a closing word
+        ('{"decisions": ' + VALID_TWO + "}", True),  # inside a wrapper object: the reply contains it
+        ("```json\n" + json.dumps(ITEMS[:1]) + "\n```", False),  # fenced, one decision short
+        ("Here:\n" + json.dumps(ITEMS * 2), False),  # four decisions for two messages
+        ("Here:\n" + VALID_TWO + "\nand a third: " + json.dumps([{"op": "DROP"}]), True),  # one array fits
+        ("Here:\n" + VALID_TWO.replace("KEEP", "MAYBE"), False),  # not a decision
+        ("<think>" + VALID_TWO + "</think>\nno array here", False),  # only the thinking holds one
+        ("Here:\n" + VALID_TWO[:-2], False),  # cut off: not parseable
+    ],
+)
+def test_gate_fmt_counts_a_reply_that_contains_the_array_the_strict_gate_the_whole_reply(reply, gate_fmt):
+    """Table 3's Gate Fmt. (the paper: "outputs containing a parseable JSON decision array with exactly one
+    decision per input message") against the strict gate of Eq. 6, which the RL reward and the curriculum's
+    format rate use: only the bare array passes that one."""
+    from lazymem.construct.decisions import decision_array_ok
+
+    assert decision_array_ok(reply, 2) is gate_fmt
+    assert check_decisions(reply, 2).ok is (reply == VALID_TWO)

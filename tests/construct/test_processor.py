@@ -112,7 +112,8 @@ def test_paper_policy_decodes_freely_and_an_invalid_window_contributes_nothing()
     (w,) = run(client, PAPER)
     assert client.calls[0]["response_format"] is None  # no schema-constrained decoding
     assert w.outcome == "invalid" and w.decisions is None and w.calls == 1  # no salvage, no retry
-    assert w.to_record()["decisions"] is None and w.format_ok is False
+    assert w.to_record()["decisions"] is None and w.gate_error == "not_json"
+    assert w.format_ok is True  # Table 3's Gate Fmt.: the reply contains the array, fenced
     (ok,) = run(Scripted(valid(3, keep={2})), PAPER)
     assert ok.outcome == "gate_ok" and ok.format_ok and ok.decisions[2].content == "m2"
 

@@ -98,7 +98,14 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp
         "deepseek-v4-pro",
     )
     assert llm["answer"]["calls"] > 0 and llm["judge"]["calls"] > 0 and llm["memory_small"]["calls"] > 0
+    # each answered call names the model that answered: vLLM names its first served name
+    # (vllm/entrypoints/openai/models/serving.py:47-48), DeepSeek the dated model behind its alias
+    judge_calls = llm["judge"]
+    assert served["judge"]["answered_as"] == {"qwen3-32b": judge_calls["calls"] - judge_calls["errors"]}
     assert set(llm["server_restarts"].values()) == {0}
+    # each vLLM server's KV cache, as its log reported it, is in the run's records
+    started = [json.loads(line) for line in (run_dir / "servers" / "servers.jsonl").read_text().splitlines()]
+    assert len(started) == 2 and all(s["kv_cache_gib"] > 0 for s in started), started
 
     # two servers, launched as on a GPU node (the module, the reasoning parser, several served names),
     # with the CPU build's own settings instead of the GPU flags
@@ -108,6 +115,8 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp
     assert "-m vllm.entrypoints.openai.api_server" in command and "--reasoning-parser qwen3" in command
     assert "--served-model-name qwen3-32b deepseek-v4-pro deepseek-v4-flash" in command
     assert "--no-enable-chunked-prefill" in command and "--gpu-memory-utilization" not in command
+    # the judge's requests are read as DeepSeek's API reads them: thinking unless the body disables it
+    assert "--middleware lazymem.llm.deepseek_shim.DeepSeekThinking" in command
 
     records = load_jsonl(run_dir / "longmemeval" / "records.jsonl")
     assert {r["method"] for r in records} == MAIN_TABLE_METHODS and len(records) == 2 * len(
@@ -116,6 +125,9 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp
     for rec in records:  # answered, or a named error: never a crash's traceback
         assert rec["status"] in ("ok", "error") and "traceback" not in rec, rec
         assert rec["status"] == "ok" or rec["error"], rec
+    # the judge turns DeepSeek's thinking off, so its 10 tokens are a reply, noise or blank: with thinking on
+    # (the request before, chat_template_kwargs only) every one went to reasoning, "judge gave no final text"
+    assert not [rec for rec in records if "judge gave no final text" in (rec.get("error") or "")]
     mem0 = [rec for rec in records if rec["method"] == "mem0"]
     assert all("mem0 ingestion stopped" in rec["error"] and "context" in rec["error"] for rec in mem0)
     assert "vllm: qwen3-32b" in (run_dir / "longmemeval" / "results.md").read_text()

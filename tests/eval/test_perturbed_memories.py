@@ -68,3 +68,23 @@ def test_summary_averages_within_question_then_pairs_with_full_gold():
     assert drop_all["questions"] == 1 and drop_all["input_tokens"] == 60  # only a is scored
     assert drop_all["delta"]["mean"] == -1
     assert (s["errors"], s["unjudged"], s["questions"]) == (1, 1, 3)
+
+
+def test_the_all_non_gold_row_counts_the_memories_that_did_not_fit_the_context():
+    """+all non-gold averages about 30k tokens (paper: 30,385): the memories past the answer model's context
+    fail before the call. The row is scored on the questions that fit, and says how many did not."""
+    too_long = "answer model call failed: context exceeded: a prompt of about {} tokens plus max_tokens 8192"
+    records = [_rec(q, "full_gold", True) for q in "abcd"]
+    records += [
+        _rec("a", "add_all_nongold", True, tokens=20000),
+        _rec("b", "add_all_nongold", False, tokens=25000),
+    ]
+    records += [
+        _rec(q, "add_all_nongold", None, tokens=t, status="error") | {"error": too_long.format(t)}
+        for q, t in (("c", 34512), ("d", 41007))
+    ]
+    s = summarize(records, ["full_gold", "add_all_nongold"], resamples=200)
+    row = s["variants"]["add_all_nongold"]
+    assert (row["questions"], row["accuracy"], row["errors"], row["dropped"]) == (2, 0.5, 2, 2)
+    assert row["error_messages"] == {too_long.format("N").replace("8192", "N"): 2}
+    assert s["variants"]["full_gold"]["errors"] == 0

@@ -130,6 +130,7 @@ def test_stats_say_which_server_answered_without_credentials():
         "served_name": "qwen3-32b",
         "model_id": "/m",
         "dialect": "openai",
+        "answered_as": {},
     }
     hosted = ClientConfig(base_url="https://api.deepseek.com/v1", served_name="d", dialect="deepseek")
     assert LLMClient(hosted).stats()["server"]["kind"] == "endpoint"
@@ -284,6 +285,36 @@ def test_thinking_budget_and_structured_output_per_dialect(api):
     assert llama["response_format"] == {"type": "json_object", "schema": schema}
     run(client(srv.url, structured=False).chat(MSGS, response_format=json_schema_format(schema)))
     assert "response_format" not in srv.bodies[-1]
+
+
+def test_deepseek_switches_thinking_with_its_own_body_field():
+    """DeepSeek reads `thinking: {type}` and has no chat template switch; the other dialects' servers render
+    a Qwen3-style template, switched by chat_template_kwargs (unit: the request body)."""
+    for on, kind in ((False, "disabled"), (True, "enabled")):
+        c = LLMClient(ClientConfig("http://x/v1", "deepseek-v4-pro", dialect="deepseek"))
+        _, extra = c.request(MSGS, Decoding(thinking=on, thinking_budget=64), None, 0)
+        assert extra == {"thinking": {"type": kind}}  # no chat_template_kwargs, no budget field
+    c = LLMClient(
+        ClientConfig("http://x/v1", "m", dialect="vllm", extra_body={"chat_template_kwargs": {"a": 1}})
+    )
+    _, extra = c.request(MSGS, Decoding(thinking=False), None, 0)
+    assert extra == {"chat_template_kwargs": {"a": 1, "enable_thinking": False}}
+    _, extra = c.request(MSGS, Decoding(thinking=None), None, 0)
+    assert extra == {"chat_template_kwargs": {"a": 1}}
+
+
+def test_the_model_each_reply_names_is_recorded_per_call_and_in_the_cache(tmp_path):
+    """A hosted alias answers with a dated model id: every Completion, cache entry and the role's stats
+    keep it."""
+    cache = LLMCache(tmp_path / "llm.sqlite")
+    with StandinServer("deepseek-v4-pro", answers_as="deepseek-v4-pro-2026-05-01") as server:
+        c = LLMClient(ClientConfig(server.base_url, "deepseek-v4-pro", dialect="deepseek"), cache=cache)
+        first = run(c.chat(MSGS))
+        again = run(c.chat(MSGS))
+    assert first.model == again.model == "deepseek-v4-pro-2026-05-01" and again.cached
+    assert c.stats()["server"]["answered_as"] == {"deepseek-v4-pro-2026-05-01": 2}
+    body, extra = c.request(MSGS, c.cfg.decoding, None, 0)
+    assert cache.get(c.key(body, extra, "", 0))["model"] == "deepseek-v4-pro-2026-05-01"
 
 
 def test_reasoning_is_separated_from_the_answer(api):

@@ -70,7 +70,11 @@ def test_paper_roles(tmp_path, monkeypatch):
     assert mem.cfg.concurrency == 64 and mem.cfg.decoding.thinking is True and mem.cfg.dialect.name == "vllm"
     assert ans.cfg.base_url == mem.cfg.base_url
     assert judge.cfg.base_url == "https://api.deepseek.com/v1" and judge.cfg.api_key_env == "DEEPSEEK_API_KEY"
-    assert judge.cfg.decoding.temperature == 0.0 and judge.cfg.decoding.thinking is None
+    # every role's thinking is explicit: the DeepSeek judge off, the DeepSeek teacher and reward judge on
+    assert judge.cfg.decoding.temperature == 0.0 and judge.cfg.decoding.thinking is False
+    teacher = llms["teacher"]
+    assert teacher.cfg.decoding.thinking is True and not teacher.cfg.structured  # decoded freely
+    assert rj.cfg.decoding.thinking is True
     assert (rj.cfg.decoding.max_tokens, rj.cfg.decoding.thinking_budget, rj.cfg.timeout_s) == (1024, 512, 180)
     # RL's reward workers reach one hand-started vLLM judge server; it takes vLLM's thinking budget
     assert rj.cfg.base_url == "http://127.0.0.1:8000/v1" and rj.cfg.dialect.name == "vllm"

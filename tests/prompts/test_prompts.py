@@ -11,6 +11,8 @@ import pytest
 
 from lazymem.prompts import BUNDLED, Template, load, load_json
 
+from helpers import run_cli
+
 # each bundled template -> the str.format fields its caller passes (construct/processor.py, eval/pipeline.py,
 # eval/judge.py, methods/nanomemory.py, train/reasoning_chain.py); a system prompt is sent as it is
 FIELDS = {
@@ -137,3 +139,81 @@ def test_unknown_json_rules_say_where_they_looked_and_what_is_bundled():
         load_json("no_such_rules")
     assert str(err.value).startswith("prompt resource 'no_such_rules' not found (looked for ")
     assert "judge_longmemeval_rules" in str(err.value)  # the names one could have meant
+
+
+# A template in the paper's convention (App. G: "Braced expressions such as {query} are runtime
+# placeholders"): a JSON example in single braces beside the placeholders. Our own text, not the paper's.
+PAPER_STYLE_USER = """Return one JSON array, one object per message:
+[
+{
+"op": "KEEP | DROP",
+"compressed_content": "",
+"reason": "a few words"
+}
+]
+Query Time: {query_time}
+Query: {query}
+{window}
+"""
+
+
+def test_a_template_in_the_papers_convention_keeps_its_json_braces(tmp_path):
+    path = tmp_path / "listing1_user.txt"
+    path.write_text(PAPER_STYLE_USER)
+    text = load(str(path)).format(
+        n_messages=2, query="Where?", query_time="2023/05/01", window="1. [t] user: hi"
+    )
+    head = PAPER_STYLE_USER.split("Query Time:")[0]
+    assert text == f"{head}Query Time: 2023/05/01\nQuery: Where?\n1. [t] user: hi\n"
+    assert '[\n{\n"op": "KEEP | DROP",' in text and "}\n]\n" in text
+    # str.format, which the templates were filled with, refuses the JSON example
+    with pytest.raises(KeyError):
+        PAPER_STYLE_USER.format(n_messages=2, query="Where?", query_time="2023/05/01", window="w")
+
+
+def test_a_placeholder_the_caller_does_not_fill_names_itself_and_the_fields(tmp_path):
+    path = tmp_path / "listing3_text.txt"
+    path.write_text("Query: {query}\n# Memory\n{memory_text}\n")  # Listing 3 calls the memory {memory_text}
+    with pytest.raises(KeyError) as err:
+        load(str(path)).format(memory="m", query="q", query_time="t")
+    assert str(err.value) == (
+        f"prompt template {path} has the placeholder {{memory_text}}, which is not one of its fields "
+        "{memory}, {query}, {query_time}"
+    )
+
+
+def test_prompt_files_in_the_papers_convention_run_through_the_cli(tmp_path):
+    """`prompts.*=PATH`, as docs/fidelity.md tells a user to run the paper's listings from their copy: a
+    lazymem run on the stand-in, whose memory and answer roles reply with the prompt they were sent (free
+    decoding, construct=paper), so the records hold each prompt as sent. Kind: a CLI run."""
+    files = {
+        "memory_system": "You edit one window of a chat history. Reply with one JSON array.\n",
+        "memory_user": PAPER_STYLE_USER,
+        "answer_compressed": "Query Time: {query_time}\nQuery: {query}\n# Memory\n{memory}\n# Answer\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    out = run_cli(
+        "task=evaluate",
+        "+method@methods.lazymem=lazymem",
+        "retrieval=bm25",
+        "construct=paper",
+        "data.loader.per_type=1",
+        "data.loader.abstention=0",
+        "data.limit=1",
+        *(f"prompts.{name}={tmp_path / name}.txt" for name in files),
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
+        standin=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok" and record["windows"]
+    head = PAPER_STYLE_USER.split("Query Time:")[0]  # the JSON example, single braces kept
+    for window in record["windows"]:
+        sent = window["raw"]
+        assert sent.startswith(f"{head}Query Time: {record['query_time']}\nQuery: {record['question']}\n")
+        assert "core_messages:\n" in sent and "{" not in sent.split("Query Time:")[1]
+    assert record["answer"] == (
+        f"Query Time: {record['query_time']}\nQuery: {record['question']}\n# Memory\n(no memory)\n# Answer"
+    )

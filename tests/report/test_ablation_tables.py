@@ -87,7 +87,10 @@ def test_tables_11_and_12_from_their_summaries(tmp_path):
         "full_gold": {"questions": 4, "accuracy": 0.75, "delta": None, "c_to_i": None, "input_tokens": 700.0},
         "drop_one_gold": {"questions": 4, "accuracy": 0.25,
                           "delta": {"mean": -0.5, "low": -0.75, "high": -0.25},
-                          "c_to_i": 2 / 3, "input_tokens": 600.0}}}  # fmt: skip
+                          "c_to_i": 2 / 3, "input_tokens": 600.0},
+        "add_all_nongold": {"questions": 2, "accuracy": 0.5, "errors": 2,
+                            "delta": {"mean": -0.25, "low": -0.5, "high": 0.0},
+                            "c_to_i": 0.5, "input_tokens": 22500.0}}}  # fmt: skip
     _write(tmp_path / "runs" / "pert", {"task": "perturbation"}, [], {"perturbation": pert})
     runs = load_runs([tmp_path / "runs"])
     assert rows(runs) == []  # neither is an evaluate summary
@@ -96,7 +99,11 @@ def test_tables_11_and_12_from_their_summaries(tmp_path):
     assert [r["reward"] for r in t11] == ["Micro (Eq. 10)", "Ours (Eq. 12)"]
     assert (t11[0]["Inversion (%)"], t11[0]["Inversion (%)_paper"]) == ("50", "54.2")
     assert "7/8 format-valid rollouts" in tables["table11_diag"].note
-    assert [r["memory"] for r in t12] == ["full_gold", "drop_one_gold"]
+    assert [r["memory"] for r in t12] == ["full_gold", "drop_one_gold", "add_all_nongold"]
+    # the +all non-gold row's memories that failed (past the context) stand beside its accuracy
+    all_nongold = [t12[2][k] for k in ("n", "Acc. (%)", "Acc. (%)_paper", "Err.")]
+    assert all_nongold == ["2", "50", "42.5", "2"]
+    assert t12[0]["Err."] == ""  # a summary written before errors were counted per row
     assert t12[0]["Δ (pp)"] == "" and t12[0]["Tok._paper"] == "728"
     assert (t12[1]["Δ (pp)"], t12[1]["Δ 95% low"], t12[1]["Δ 95% low_paper"]) == ("-50", "-75", "-74.2")
     assert float(t12[1]["C→I (%)"]) == pytest.approx(100 * 2 / 3, abs=1e-3)

@@ -61,6 +61,21 @@ def test_single_w_has_no_table2_and_stage_label_makes_table3(tmp_path):
     assert "accuracy_by_stage.png" in [p.name for p in paths]
 
 
+def test_table3_reports_gate_fmt_as_the_paper_defines_it_beside_the_strict_gate(tmp_path):
+    """A prompt-only base model that fences its arrays: every reply contains the array (Gate Fmt. 1), none
+    is the bare array the RL reward's gate wants (strict gate 0). The processor records both (format_ok,
+    outcome); the table names both columns."""
+    base = sweep_records(1)
+    for record in base:
+        for window in record["windows"]:
+            window |= {"outcome": "invalid", "gate_error": "not_json", "format_ok": True, "raw": "```json"}
+    write_run(tmp_path / "base", 1, base, stage="base")
+    (t3,) = [t for t in build_tables(rows(load_runs([tmp_path]))) if t.key == "table3_longmemeval"]
+    (row,) = list(csv.DictReader(io.StringIO(t3.csv())))
+    assert (row["Gate Fmt."], row["Gate Fmt._paper"], row["strict gate (Eq. 6)"]) == ("1", "0.397", "0")
+    assert "contain a parseable JSON array" in t3.note and "the RL reward's format gate" in t3.note
+
+
 FAILED = {"qid": "qx", "method": "rag_top20", "type": "temporal", "abstention": False, "status": "error"}
 
 

