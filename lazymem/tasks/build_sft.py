@@ -1,7 +1,8 @@
 """task=build_sft: teacher-annotated SFT data and the LLaMA-Factory files (paper Section 3.3, D.2).
 
 Writes dataset_info.json + lazymem_sft.json (sharegpt), sft.yaml, ds_z2_config.json, sft_stats.json and
-annotations.jsonl (every kept window before balancing, for inspection). With `val_questions`, the
+annotations.jsonl (every kept window before balancing, for inspection). sft_stats.json gives the targets'
+length percentiles in tokens; a p95 above GRPO's response cap is a warning. With `val_questions`, the
 validation split is annotated the same way into lazymem_sft_val.json, and sft.yaml has LLaMA-Factory keep
 the epoch checkpoint with the lowest validation loss (App. D.1). Run with +experiment=build_sft.
 """
@@ -46,7 +47,8 @@ def annotated_split(cfg, split: str, n_questions: int, retriever, processor, tea
         sd.annotate(teacher, items, processor.prompt_version, bool(sft.with_reasoning))
     )
     balanced, info = sd.balance(kept, int(sft.seed)) if sft.balance else (kept, {})
-    return sd.stats(items, kept, balanced, discards, codes, info, count_tokens), balanced, kept
+    cap = int(sft.grpo_response_cap)
+    return sd.stats(items, kept, balanced, discards, codes, info, count_tokens, cap), balanced, kept
 
 
 def run(cfg, run) -> dict:
@@ -84,6 +86,8 @@ def run(cfg, run) -> dict:
     (out / "sft.yaml").write_text(yaml.safe_dump(train_yaml, sort_keys=False), encoding="utf-8")
     write_json(out / "sft_stats.json", result)
     log.info("SFT data: %s", json.dumps(result))
+    if (why := sd.long_targets(result["target_tokens"])) is not None:
+        log.warning(why)
     if not balanced:
         log.warning("no SFT instance survived; see sft_stats.json for the discard reasons")
     print(f"SFT: {result['balanced']} instances -> {out}/sft.yaml  (llamafactory-cli train sft.yaml)")

@@ -4,21 +4,34 @@ Questions are sampled per type, retrieved and windowed exactly as at inference, 
 the teacher with the memory model's own prompt. A window is discarded when the call fails, the reply fails
 the format gate (the same `check_decisions` the RL reward uses), or the teacher drops a gold message. The
 kept windows are balanced: every window with a KEEP plus as many seeded-sampled all-DROP windows.
+
+GRPO caps a rollout at ``max_response_length`` tokens (Table 10: 3,072), and a rollout cut there fails the
+format gate. A policy taught targets longer than the cap writes such rollouts, and the curriculum's format
+rate then never reaches tau. So build_sft reports its target lengths (:func:`target_lengths`) and GRPO
+refuses to start when too many of its SFT targets pass the cap (:func:`check_response_cap`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from lazymem.construct.decisions import Decision, check_decisions, decision_schema
 from lazymem.construct.windows import Window, build_windows
 from lazymem.data.schema import Dataset, Question, query_time
 from lazymem.llm.client import json_schema_format
+from lazymem.tokens import count_tokens as qwen_tokens
+
+log = logging.getLogger(__name__)
 
 # Gate codes that mean "no JSON value could be read"; every other code except wrong_count is a schema
 # violation (paper D.2 names the three discard reasons separately).
@@ -175,8 +188,81 @@ def dataset_info(*names: str) -> dict:
 DATASET_INFO = dataset_info(DATASET_NAME)
 
 
-def stats(items, annotations, balanced, discards, codes, balance_info, count_tokens) -> dict:
-    """sft_stats.json: how many windows, the raw KEEP/DROP shares, discards, and the balanced set's size."""
+PERCENTILES = (50, 90, 95, 99)
+
+
+def target_lengths(tokens: Sequence[int], cap: int) -> dict:
+    """Percentiles (nearest rank: each is a real target's length) and maximum of target lengths in tokens,
+    and how many pass GRPO's response cap ``cap``."""
+    ranked, n = sorted(tokens), len(tokens)
+    over = sum(1 for t in ranked if t > cap)
+    out: dict = {f"p{p}": ranked[math.ceil(p * n / 100) - 1] if n else None for p in PERCENTILES}
+    out.update(max=ranked[-1] if n else None, cap=cap, over_cap=over, over_cap_share=over / n if n else 0.0)
+    return out
+
+
+def long_targets(lengths: dict) -> str | None:
+    """A warning when the targets' p95 passes the response cap (:func:`target_lengths`), else None."""
+    if lengths["p95"] is None or lengths["p95"] <= lengths["cap"]:
+        return None
+    return (
+        f"SFT targets: p95 {lengths['p95']} tokens, above GRPO's response cap of {lengths['cap']} "
+        f"({lengths['over_cap_share']:.1%} of the targets pass it); GRPO refuses an SFT model when more "
+        "than train.grpo.max_sft_over_cap of its targets do. Shorten the targets (teacher reasoning budget, "
+        "train.sft.with_reasoning=false) or raise train.grpo.max_response_length"
+    )
+
+
+class ResponseCapError(ValueError):
+    """Too many SFT targets are longer than GRPO's response cap."""
+
+
+def sft_dataset_of(model: str | Path) -> Path | None:
+    """The SFT training file a task=train_sft model was trained on: its run directory (the model's
+    parent, or grandparent for an epoch checkpoint) holds llamafactory.yaml, whose dataset_dir and dataset
+    name it. None for a model made elsewhere, or when that file is gone."""
+    for run_dir in Path(model).resolve().parents[:2]:
+        config = run_dir / "llamafactory.yaml"
+        if config.is_file():
+            train = yaml.safe_load(config.read_text(encoding="utf-8"))
+            info = Path(train["dataset_dir"]) / "dataset_info.json"
+            if not info.is_file():
+                return None
+            data = info.parent / json.loads(info.read_text(encoding="utf-8"))[train["dataset"]]["file_name"]
+            return data if data.is_file() else None
+    return None
+
+
+def check_response_cap(
+    model: str | Path, cap: int, max_share: float, count_tokens: Callable[[str], int] = qwen_tokens
+) -> dict | None:
+    """Refuse GRPO (ResponseCapError) when more than ``max_share`` of the SFT targets that ``model`` was
+    trained on pass the response cap; else their length summary (None: the data is unknown). Lengths are
+    Qwen BPE counts of the target text (lazymem.tokens)."""
+    data = sft_dataset_of(model)
+    if data is None:
+        log.warning("SFT target lengths not checked: no SFT data of a train_sft run found for %s", model)
+        return None
+    records = json.loads(data.read_text(encoding="utf-8"))
+    lengths = target_lengths([count_tokens(r["messages"][-1]["content"]) for r in records], cap)
+    if lengths["over_cap_share"] > max_share:
+        raise ResponseCapError(
+            f"{lengths['over_cap_share']:.1%} of the SFT targets in {data} are longer than GRPO's response "
+            f"cap of {cap} tokens (train.grpo.max_response_length; their p95 is {lengths['p95']}, their max "
+            f"{lengths['max']}), more than train.grpo.max_sft_over_cap = {max_share:.1%}. The SFT model "
+            "writes such replies, GRPO cuts them at the cap, the cut ones fail the format gate, and the "
+            "curriculum never reaches tau. Fix: raise train.grpo.max_response_length above the targets' p99, "
+            "or rebuild the SFT data with shorter targets (a smaller teacher reasoning budget, or "
+            "train.sft.with_reasoning=false) and train SFT again"
+        )
+    return lengths
+
+
+def stats(
+    items, annotations, balanced, discards, codes, balance_info, count_tokens, response_cap: int
+) -> dict:
+    """sft_stats.json: how many windows, the raw KEEP/DROP shares, discards, the balanced set's size, and
+    its target lengths against GRPO's response cap."""
     ops = Counter(d.op for a in annotations for d in a.decisions)
     n_ops = sum(ops.values())
     records = [sharegpt_record(a) for a in balanced]
@@ -196,4 +282,5 @@ def stats(items, annotations, balanced, discards, codes, balance_info, count_tok
         "with_reasoning": sum(1 for a in balanced if a.reasoning),
         "mean_input_tokens": sum(inputs) / len(inputs) if inputs else None,
         "mean_target_tokens": sum(targets) / len(targets) if targets else None,
+        "target_tokens": target_lengths(targets, response_cap),
     }

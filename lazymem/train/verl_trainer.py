@@ -6,6 +6,12 @@ trainer's ``_validate``. Its result holds the mean of our reward's ``format_ok``
 which writes the phase to the state file the reward reads lambda from. Each round is also appended to
 the checkpoint directory's validation log, from which the checkpoint is chosen (checkpoint_select.py).
 
+The quality judge scores a failed call Q = 0, so a failing judge lowers phase 2's reward without a sign
+in the loss. Its error rate (judge errors / judge calls) is logged at every training step with the
+reward's other components (``reward/*``: VERL 0.9.1's v1 trainer logs a reward's extra keys for
+validation only) and in every validation round; a validation rate above ``judge.max_error_rate`` of the
+reward kwargs stops the run with :class:`JudgeErrorRateExceeded`.
+
 VERL looks the trainer class up by ``trainer.v1.trainer_mode`` inside its TaskRunner, a Ray actor
 (verl/trainer/main_ppo.py), so the class must be registered in Ray's workers: Ray's
 ``worker_process_setup_hook`` runs :func:`setup_worker` there. Curriculum settings come from the reward
@@ -22,9 +28,10 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import math
+import numbers
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -39,6 +46,7 @@ BASE_MODE = "sync"  # VERL 0.9.1's default trainer_mode; its class is our base c
 HOOK = f"{__name__}.setup_worker"  # the value for Ray's worker_process_setup_hook
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
 FORMAT_VAR = "format_ok"  # the reward's 1.0 / 0.0 format-valid flag (lazymem.train.reward)
+JUDGE_CALLS, JUDGE_ERRORS = "judge_calls", "judge_errors"  # the reward's judge counts per rollout
 VERL_V1 = "verl.trainer.ppo.v1"  # the package holding VERL's trainer registry and its "sync" trainer
 
 # VERL's _val_metrics_update names: val-{core,aux}/<data_source>/<var>/<metric>; data sources may hold "/"
@@ -78,6 +86,55 @@ def validation_means(metrics: Mapping[str, Any]) -> dict[str, float]:
     names = {m["var"] for m in map(_VAL_MEAN.match, metrics) if m is not None}
     means = {var: format_rate(metrics, var) for var in sorted(names)}
     return {var: v for var, v in means.items() if v is not None}
+
+
+class JudgeErrorRateExceeded(RuntimeError):
+    """Validation's quality-judge error rate passed ``judge.max_error_rate``: the run stops."""
+
+
+def judge_error_rate(means: Mapping[str, float]) -> float | None:
+    """Judge errors over judge calls from per-rollout means (validation's, or a step's); None when the
+    judge was not called (phase 1). A ratio of means is the ratio of sums when every prompt has the same
+    number of rollouts."""
+    calls = means.get(JUDGE_CALLS) or 0.0
+    return means.get(JUDGE_ERRORS, 0.0) / calls if calls > 0 else None
+
+
+def step_metrics(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """A training step's reward metrics from its rollouts' reward dicts: each numeric component's mean
+    (``reward/<key>/mean``; None and strings skipped) and ``reward/judge_error_rate`` (absent in phase 1)."""
+    values: dict[str, list[float]] = {}
+    for info in infos:
+        for key, v in info.items():
+            if isinstance(v, numbers.Real):
+                values.setdefault(key, []).append(float(v))
+    means = {key: math.fsum(vs) / len(vs) for key, vs in sorted(values.items())}
+    out = {f"reward/{key}/mean": v for key, v in means.items()}
+    rate = judge_error_rate(means)
+    if rate is not None:
+        out["reward/judge_error_rate"] = rate
+    return out
+
+
+def max_judge_error_rate(config: Any) -> float:
+    """``judge.max_error_rate`` of the reward kwargs (JudgeConfig's default when absent)."""
+    from lazymem.train.quality_judge import JudgeConfig  # not at import: this module stays light
+
+    cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    judge = OmegaConf.select(cfg, f"{REWARD_KWARGS}.judge", default=None)
+    return JudgeConfig.from_mapping(judge).max_error_rate
+
+
+def check_judge(rate: float | None, bound: float, step: int) -> None:
+    """Stop when validation's judge error rate passes the bound."""
+    if rate is not None and rate > bound:
+        raise JudgeErrorRateExceeded(
+            f"validation at step {step}: the quality judge failed on {rate:.1%} of its calls, above "
+            f"judge.max_error_rate = {bound:.1%} (conf/train/reward.yaml). A failed call scores Q = 0, so "
+            "phase 2's reward no longer measures the policy. Check the judge (llm.roles.reward_judge; "
+            "'quality judge error' lines in verl.log say why), then rerun with the same "
+            "train.grpo.checkpoint_dir: VERL resumes from its last checkpoint"
+        )
 
 
 def curriculum_from_config(config: Any) -> Curriculum:
@@ -143,9 +200,37 @@ class CurriculumValidation:
         if cur is None:
             cur = self._curriculum = curriculum_from_config(self.config)
         scored = {"step": self.global_steps, "lam": cur.lam, "phase": cur.phase}  # before the round moves it
-        record = {**scored, **validation_means(metrics), **metrics}
+        means = validation_means(metrics)
+        rate = judge_error_rate(means)
+        judged = {} if rate is None else {"val-aux/judge_error_rate": rate}
+        record = {**scored, **means, **metrics, **judged}
         append_validation(self.config.trainer.default_local_dir, record)  # for the checkpoint choice
-        return {**metrics, **observe(cur, metrics, self.global_steps)}
+        out = {**metrics, **observe(cur, metrics, self.global_steps), **judged}
+        check_judge(rate, max_judge_error_rate(self.config), self.global_steps)
+        return out
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """VERL's step metrics, plus the reward's (:func:`step_metrics`)."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        metrics.update(step_metrics(reward_infos(batch)))
+
+
+def reward_infos(batch: Any) -> list[Mapping[str, Any]]:
+    """The reward dicts of a training batch's rollouts (padding left out), from VERL's TransferQueue.
+
+    With a reward function and no reward model, VERL 0.9.1's agent loop keeps the dict in the rollout's
+    ``extra_fields["reward_extra_info"]`` (verl/experimental/agent_loop/agent_loop.py:1028) and puts
+    ``extra_fields`` into the TransferQueue (verl/trainer/ppo/v1/agent_loop_tq.py:194-226); this reads it
+    back as VERL's _compute_metrics does (verl/trainer/ppo/v1/trainer_base.py:1904-1909)."""
+    import transfer_queue as tq  # VERL's; only VERL's TaskRunner calls this
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    fields = data.pop("extra_fields").tolist()
+    return [
+        field.get("reward_extra_info", {})
+        for field, tag in zip(fields, batch.tags, strict=True)
+        if isinstance(field, dict) and not tag.get("is_padding", False)
+    ]
 
 
 _TRAINER: type | None = None

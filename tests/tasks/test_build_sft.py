@@ -19,6 +19,7 @@ def test_build_sft_end_to_end(tmp_path):
         "train.sft.n_questions=2",
         "retrieval.n=3",
         "w=1",
+        "train.sft.grpo_response_cap=8",  # below every target: the length warning
         f"hydra.run.dir={tmp_path}",
         timeout=600,
         standin=True,  # the teacher on the LLM stand-in: the data pipeline, not a model
@@ -26,6 +27,10 @@ def test_build_sft_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     st = json.loads((tmp_path / "sft_stats.json").read_text())
     assert st["questions"] == 2 and st["windows"] > 0
+    lengths = st["target_tokens"]  # Qwen tokens of the balanced targets
+    assert lengths["p50"] <= lengths["p95"] <= lengths["max"] and lengths["cap"] == 8
+    assert lengths["over_cap"] == st["balanced"] and lengths["over_cap_share"] == 1.0
+    assert f"SFT targets: p95 {lengths['p95']} tokens, above GRPO's response cap of 8" in proc.stdout
     assert st["annotated_valid"] + st["discarded_total"] == st["windows"]
     data = json.loads((tmp_path / "lazymem_sft.json").read_text())
     assert len(data) == st["balanced"]

@@ -1,5 +1,6 @@
 """The curriculum trainer (lazymem/train/verl_trainer.py): format rate out of VERL's validation metrics, the
-phase flip at tau from `_validate`, a restart keeping phase 2, and registration where VERL looks it up."""
+phase flip at tau from `_validate`, a restart keeping phase 2, the judge's error rate per step and its bound
+at validation, and registration where VERL looks it up."""
 
 from __future__ import annotations
 
@@ -14,16 +15,21 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+import lazymem.train.reward as reward_mod
 from lazymem.train.checkpoint_select import read_validations
 from lazymem.train.curriculum import ENV_STATE, read_state
-from lazymem.train.reward import RewardOptions
+from lazymem.train.quality_judge import JudgeScore
+from lazymem.train.reward import RewardOptions, compute_score
+from lazymem.train.rl_rows import ground_truth_json
 from lazymem.train.verl_trainer import (
     BASE_MODE,
     TRAINER_NAME,
     CurriculumValidation,
+    JudgeErrorRateExceeded,
     curriculum_from_config,
     format_rate,
     setup_worker,
+    step_metrics,
     trainer_class,
 )
 
@@ -136,6 +142,9 @@ def trainer(request, monkeypatch):
             def _validate(self):
                 raise AssertionError("replaced below")
 
+            def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+                raise AssertionError("replaced below")
+
         cls, root = type("StandIn", (CurriculumValidation, Root), {}), Root
     parent = SimpleNamespace(metrics={}, init_modes=[])
 
@@ -143,8 +152,12 @@ def trainer(request, monkeypatch):
         parent.init_modes.append(config.trainer.v1.trainer_mode)
         self.config = config
 
+    def compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics["critic/score/mean"] = 0.5  # one of VERL's own step metrics
+
     monkeypatch.setattr(root, "__init__", init)
     monkeypatch.setattr(root, "_validate", lambda self: dict(parent.metrics))
+    monkeypatch.setattr(root, "_compute_metrics", compute_metrics)
     return SimpleNamespace(cls=cls, parent=parent)
 
 
@@ -306,3 +319,114 @@ def test_verls_task_runner_finds_the_trainer(tmp_path):
     out = json.loads(result.read_text())
     assert out["mro"][:3] == ["LazymemCurriculumTrainer", "CurriculumValidation", "PPOTrainerSync"]
     assert out["loaded_before"] == []
+
+
+class FailingJudge:
+    """Grades every kept message (2, 2), except one whose text starts with "fail": a failed call."""
+
+    async def score(self, item) -> JudgeScore:
+        if item.memory.startswith("fail"):
+            return JudgeScore(None, None, error="request failed: stub")
+        return JudgeScore(2, 2)
+
+
+@pytest.fixture
+def failing_judge(monkeypatch):
+    monkeypatch.setattr(reward_mod, "get_judge", lambda cfg: FailingJudge())
+
+
+def rollout(kept: list[str], lam: float = 0.5) -> dict:
+    """Our reward's dict for a rollout that keeps every message of its window, with these texts (an empty
+    list: an invalid output)."""
+    msgs = [{"role": "user", "content": f"m{i}", "timestamp": "2023/05/01"} for i in range(max(len(kept), 1))]
+    gt = ground_truth_json(
+        query="q?", query_time="2023/06/01", messages=msgs, gold=[True] * len(msgs), answer="a"
+    )
+    items = [{"op": "KEEP", "compressed_content": c, "reason": "r"} for c in kept]
+    return compute_score("lazymem", json.dumps(items) if kept else "[", gt, lam=lam)
+
+
+def judge_metrics(calls: float, errors: float, n: int = 4) -> dict[str, float]:
+    """Validation metrics with the reward's judge counts, as VERL names their per-prompt means."""
+    return {
+        **val_metrics(1.0, n),
+        f"val-aux/lazymem/judge_calls/mean@{n}": calls,
+        f"val-aux/lazymem/judge_errors/mean@{n}": errors,
+    }
+
+
+def test_step_metrics_hold_the_judge_error_rate(failing_judge):
+    """Unit: a training step's reward dicts (our real reward, phase 2) -> reward/* means and the judge's
+    error rate over the step's calls; an invalid output calls no judge, a phase-1 step has no rate."""
+    out = step_metrics([rollout(["a", "fail b"]), rollout(["c", "d"]), rollout([])])
+    assert out["reward/judge_error_rate"] == pytest.approx(1 / 4)
+    assert out["reward/judge_calls/mean"] == pytest.approx(4 / 3)
+    assert out["reward/format_ok/mean"] == pytest.approx(2 / 3) and out["reward/lam/mean"] == 0.5
+    assert not any("gate_error" in k for k in out)  # a string: not a metric
+    phase1 = step_metrics([rollout(["fail a"], lam=0.0), rollout([], lam=0.0)])
+    assert "reward/judge_error_rate" not in phase1 and phase1["reward/judge_calls/mean"] == 0.0
+    assert "reward/r_qual/mean" not in phase1  # None while lambda = 0
+
+
+def test_each_training_step_logs_the_reward(trainer, failing_judge, monkeypatch):
+    """Unit, through the trainer's _compute_metrics: the rollouts' reward dicts are read where VERL's agent
+    loop leaves them (TransferQueue, extra_fields.reward_extra_info; the store is a stand-in), padding left
+    out, and logged beside VERL's own step metrics."""
+    fields = [
+        {"reward_extra_info": rollout(["a", "fail b"]), "min_global_steps": 3},
+        {"reward_extra_info": rollout(["c", "d", "e"]), "min_global_steps": 3},
+        {"reward_extra_info": rollout(["fail f"]), "min_global_steps": 3},  # padding: a repeated sample
+    ]
+    stored = np.empty(len(fields), dtype=object)
+    stored[:] = fields
+    asked = []
+
+    def kv_batch_get(keys, partition_id, select_fields=None):
+        asked.append((keys, partition_id, select_fields))
+        return {"extra_fields": stored}
+
+    monkeypatch.setitem(sys.modules, "transfer_queue", SimpleNamespace(kv_batch_get=kv_batch_get))
+    batch = SimpleNamespace(keys=["u_0_0", "u_1_0", "u_0_0p"], partition_id="train", tags=[{}, {}, {}])
+    batch.tags[2]["is_padding"] = True
+    metrics: dict = {}
+    bare(trainer.cls, config_for(Path("unused.json")), step=3)._compute_metrics(batch, metrics, {}, 3, 0)
+    assert asked == [(batch.keys, "train", ["extra_fields"])]
+    assert metrics["critic/score/mean"] == 0.5  # VERL's
+    assert metrics["reward/judge_error_rate"] == pytest.approx(1 / 5)
+    assert metrics["reward/judge_errors/mean"] == pytest.approx(0.5)
+
+
+def test_validation_stops_when_the_judge_fails_too_often(trainer, tmp_path, monkeypatch):
+    """Unit, through the trainer's _validate with validation metrics named as VERL names them: the judge's
+    error rate is logged; past judge.max_error_rate (default 5%) the run stops with a named error, after the
+    round is recorded; phase 1 (no judge calls) has no rate."""
+    monkeypatch.delenv(ENV_STATE, raising=False)
+    t = bare(trainer.cls, config_for(tmp_path / "state.json"), step=0)
+    trainer.parent.metrics = judge_metrics(calls=0.0, errors=0.0)
+    assert "val-aux/judge_error_rate" not in t._validate()
+    t.global_steps = 10
+    trainer.parent.metrics = judge_metrics(calls=4.0, errors=0.2)  # 5%: at the bound, not past it
+    assert t._validate()["val-aux/judge_error_rate"] == pytest.approx(0.05)
+    t.global_steps = 20
+    trainer.parent.metrics = judge_metrics(calls=4.0, errors=0.4)
+    with pytest.raises(JudgeErrorRateExceeded, match=r"step 20: .* 10\.0% of its calls, above .* = 5\.0%"):
+        t._validate()
+    assert read_validations(tmp_path)[20]["val-aux/judge_error_rate"] == pytest.approx(0.1)
+    looser = bare(trainer.cls, config_for(tmp_path / "state.json", judge={"max_error_rate": 0.2}), step=30)
+    assert looser._validate()["val-aux/judge_error_rate"] == pytest.approx(0.1)
+
+
+@pytest.mark.slow
+def test_judge_bound_on_verls_own_validation_metrics(trainer, tmp_path, failing_judge):
+    """Our real reward's dicts for 2 prompts x 4 rollouts, turned into validation metrics by VERL's own
+    _val_metrics_update, then our _validate: 2 failed calls of 11 stop the run."""
+    pytest.importorskip("verl")
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    dicts = [rollout(["a"]), rollout(["fail b"]), rollout([]), rollout(["c"])]
+    dicts += [rollout(["d", "e"]), rollout(["f", "fail g"]), rollout(["h", "i"]), rollout(["j", "k"])]
+    infos = {"reward": [d["score"] for d in dicts], **{k: [d[k] for d in dicts] for k in dicts[0]}}
+    metrics = PPOTrainer._val_metrics_update(None, ["lazymem"] * 8, ["p1"] * 4 + ["p2"] * 4, infos, [])
+    trainer.parent.metrics = metrics
+    with pytest.raises(JudgeErrorRateExceeded, match=r"18\.2% of its calls"):
+        bare(trainer.cls, config_for(tmp_path / "state.json"), step=10)._validate()
