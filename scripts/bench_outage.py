@@ -127,6 +127,7 @@ def probe_outage(urls: list[str]) -> dict:
         query = http.post(urls[0] + "/v1/users/u0/query", json={"question": "message?"})
         out["query_status"], out["query_s"] = query.status_code, round(time.monotonic() - t0, 2)
         out["query_code"] = query.json().get("code") if query.status_code != 200 else None
+        out["query_detail"] = query.json().get("detail") if query.status_code != 200 else None
     return out
 
 

@@ -47,7 +47,11 @@ class OneBodyLength(h11.Connection):
 
 class HardenedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol (one instance per connection) with the request head bound, one body length
-    per request, and the request's bearer token in middleware.REQUEST_KEY for the log redaction."""
+    per request, and the request's bearer token in middleware.REQUEST_KEY for the log redaction.
+
+    `header_timeout_s` bounds a request head in all (a head sent a line at a time is cut off too), and the
+    silence between two parts of a body: a body may stream for as long as it keeps coming, and time during
+    which uvicorn itself holds reading back (the application is behind) does not count."""
 
     header_timeout_s: float = 10.0
 
@@ -67,8 +71,12 @@ class HardenedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        # the client leaves IDLE once a request's head is complete (h11/_state.py:198)
-        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+        # the client leaves IDLE once a request's head is complete (h11/_state.py:198), and is in SEND_BODY
+        # until its body is (h11/_state.py:200-212)
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._stop_head_timer()
+            self._start_head_timer()  # the next part of the body is due from now
+        elif self.conn.their_state is not h11.IDLE or self.transport.is_closing():
             self._stop_head_timer()
         elif self._head_timer is None:  # the head of a request after one answered before its body ended
             self._start_head_timer()
@@ -93,10 +101,14 @@ class HardenedH11Protocol(H11Protocol):
 
     def _head_too_late(self) -> None:
         self._head_timer = None
-        if not self.transport.is_closing():
-            client = "{}:{} - ".format(*self.client) if self.client else ""  # as uvicorn's (h11_impl.py:103)
-            self.logger.debug("%sno complete request head within %gs: closing", client, self.header_timeout_s)
-            self.transport.close()  # connection_lost tells h11 (h11_impl.py:106-129)
+        if self.transport.is_closing():
+            return
+        if self.flow is not None and self.flow.read_paused:  # uvicorn holds the body back (h11_impl.py:195)
+            self._start_head_timer()
+            return
+        client = "{}:{} - ".format(*self.client) if self.client else ""  # as uvicorn's (h11_impl.py:103)
+        self.logger.debug("%sno request head or body part within %gs: closing", client, self.header_timeout_s)
+        self.transport.close()  # connection_lost tells h11 (h11_impl.py:106-129)
 
 
 class _RememberKey:

@@ -325,8 +325,8 @@ def _guard_stdin() -> None:
 def main(overrides: Sequence[str]) -> int:
     """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe. A bad setting
     stops the start-up with one line on stderr naming the key."""
-    cfg = compose(overrides)
     try:
+        cfg = compose(overrides)
         settings = Settings.from_cfg(cfg)
     except ConfigError as e:
         raise SystemExit(f"lazymem mcp: {e}") from None

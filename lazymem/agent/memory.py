@@ -50,7 +50,7 @@ from lazymem.agent.inputs import (
     request_digest,
 )
 from lazymem.agent.recall import Recall
-from lazymem.agent.settings import Settings
+from lazymem.agent.settings import ConfigError, Settings
 from lazymem.agent.store import (
     Derived,
     Idempotency,
@@ -215,6 +215,8 @@ class Memory:
         an error (default "message n+1"). A bad message raises ImportStopped, which says what was stored
         before it: the batches before it are kept, its own batch is not."""
         self.limits.check_ids(tenant, user_id)
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise BadInput(f"messages must be an iterable of messages, got {type(messages).__name__}")
         size = max(1, min(batch_size or self.limits.max_messages_per_add, self.limits.max_messages_per_add))
         where = where or (lambda n: f"message {n + 1}")
         done, chunk = Imported(), []
@@ -647,17 +649,27 @@ class Memory:
 
 def compose(overrides: Sequence[str] = ()):
     """The root config plus conf/agent/default.yaml (or the `+agent=NAME` among `overrides`), composed
-    outside any Hydra app."""
+    outside any Hydra app. A bad override is a ConfigError of one line (Hydra's spans several, and a
+    missing config's lists the search path)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
 
     from lazymem.conf import CONF_DIR
 
     overrides = list(overrides)
     if not any(o.lstrip("+~").startswith("agent=") for o in overrides):
         overrides.insert(0, "+agent=default")
-    with initialize_config_dir(str(CONF_DIR), version_base=None):
-        return hydra_compose("config", overrides=overrides)
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            return hydra_compose("config", overrides=overrides)
+    except MissingConfigException as e:
+        options = f"; choose one of {', '.join(e.options)}" if e.options else ""
+        raise ConfigError(f"no config {e.missing_cfg_file!r}{options}") from None
+    except (HydraException, OmegaConfBaseException) as e:
+        reason = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise ConfigError(reason) from None
 
 
 def _stored_before(done: Imported) -> str:

@@ -52,6 +52,7 @@ from lazymem.agent.store import (
     Snapshot,
     StoredMessage,
     VectorKeys,
+    already_stored,
 )
 
 # The database's clock as unix time, as every stored time is
@@ -193,23 +194,25 @@ class PostgresStore:
                 (tenant, len(messages)),
             ).fetchone()
             first = last - len(messages) + 1
-            keys = [k for m in messages for k in _keys(m)]
-            known = dict(  # an alias is looked up as a source: an earlier import stored it as one
+            keys = [k for m in messages for k in m.keys]
+            rows = (  # an alias is looked up as a source: an earlier import stored it as one
                 conn.execute(
-                    "SELECT source, id FROM messages WHERE tenant = %s AND user_id = %s AND source = ANY(%s)",
+                    "SELECT source, id, role, text FROM messages "
+                    "WHERE tenant = %s AND user_id = %s AND source = ANY(%s)",
                     (tenant, user, keys),
                 ).fetchall()
                 if keys
                 else []
             )
+            known = {source: tuple(rest) for source, *rest in rows}
             ids, rows = [], []
             for n, m in enumerate(messages):
-                stored = next((known[k] for k in _keys(m) if k in known), None)
+                stored = already_stored(m, known)
                 if stored is not None:
                     ids.append(stored)
                     continue
-                if m.source is not None:
-                    known[m.source] = first + n  # a source named twice in one batch is stored once
+                if m.source is not None:  # a source named twice in one batch is stored once
+                    known[m.source] = (first + n, m.role, m.text)
                 ids.append(first + n)
                 rows.append((tenant, user, first + n, m.session_id, m.time, m.role, m.text, m.source))
             if rows:
@@ -551,10 +554,6 @@ def _unavailable(e: psycopg.OperationalError) -> bool:
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
-
-
-def _keys(m: NewMessage) -> list[str]:
-    return ([] if m.source is None else [m.source]) + list(m.aliases)
 
 
 def _age(seconds: float | None) -> float | None:

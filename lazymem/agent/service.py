@@ -137,7 +137,15 @@ class ReadyReply(BaseModel):
 # the error replies of the /v1 routes, in the OpenAPI schema
 _ERRORS = {status: {"model": ErrorReply} for status in (400, 401, 404, 409, 413, 502, 503)}
 # what a route-level HTTP status means, as an error code
-_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+_HTTP_CODES = {
+    400: "bad_input",  # a body FastAPI could not parse (bytes that are not UTF-8, JSON nested too deep)
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+}
+# the longest `detail` a reply carries: an error may quote what the client sent
+_MAX_DETAIL = 500
 
 
 _bearer = HTTPBearer(auto_error=False)
@@ -198,7 +206,8 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "error")
-        return JSONResponse({"code": code, "detail": exc.detail}, exc.status_code, headers=exc.headers)
+        detail = _bounded(str(exc.detail))
+        return JSONResponse({"code": code, "detail": detail}, exc.status_code, headers=exc.headers)
 
     @app.get("/health")
     async def health() -> dict:
@@ -303,11 +312,18 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
 
 
 def error_reply(exc: AgentError) -> JSONResponse:
-    """An AgentError as its HTTP reply: its status, `{"code", "detail"}`, Retry-After on a 503."""
-    headers = None
+    """An AgentError as its HTTP reply: its status, `{"code", "detail"}`, Retry-After on a 503. What the
+    store said stays in the service's log: it names the database's address, no business of a client's."""
+    headers, detail = None, _bounded(str(exc))
     if isinstance(exc, StoreUnavailable):
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
-    return JSONResponse({"code": exc.code, "detail": str(exc)}, exc.status, headers=headers)
+        log.warning("store unavailable: %s", exc)
+        detail = "the memory store is not reachable now; retry after Retry-After seconds (an add: same key)"
+    return JSONResponse({"code": exc.code, "detail": detail}, exc.status, headers=headers)
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
 
 
 def _validation_message(request: Request, errors: Sequence[dict]) -> str:
@@ -374,8 +390,8 @@ def _ndjson_message(line: bytes, line_no: int) -> dict:
 def serve(overrides: Sequence[str]) -> int:
     """`lazymem serve [overrides]`: compose the agent config, check it, run the service until interrupted.
     A bad setting or keys file stops the start-up with one line naming the key."""
-    cfg = compose(overrides)
     try:
+        cfg = compose(overrides)
         settings = Settings.from_cfg(cfg)
         tenants = Tenants.from_settings(settings)
     except ConfigError as e:

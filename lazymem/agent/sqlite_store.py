@@ -38,6 +38,7 @@ from lazymem.agent.store import (
     Snapshot,
     StoredMessage,
     VectorKeys,
+    already_stored,
 )
 from lazymem.llm.cache import LLMCache
 from lazymem.retrieval.base import UserStorage
@@ -389,23 +390,17 @@ def _reserve_ids(conn: sqlite3.Connection, tenant: str, n: int) -> int:
 
 
 def _stored_source(conn: sqlite3.Connection, tenant: str, user: str, m: NewMessage) -> int | None:
-    """The id of the user's message stored under m's source or, failing that, one of its aliases (an
-    earlier import stored its key as the source)."""
-    keys = _keys(m)
+    """The id of the user's message that m is (store.already_stored), looked up under its source and its
+    aliases (an earlier import stored its key as the source)."""
+    keys = m.keys
     if not keys:
         return None
-    found = dict(
-        conn.execute(
-            "SELECT source, id FROM messages WHERE tenant = ? AND user_id = ? "
-            f"AND source IN ({','.join('?' * len(keys))})",
-            (tenant, user, *keys),
-        ).fetchall()
-    )
-    return next((found[k] for k in keys if k in found), None)
-
-
-def _keys(m: NewMessage) -> list[str]:
-    return ([] if m.source is None else [m.source]) + list(m.aliases)
+    rows = conn.execute(
+        "SELECT source, id, role, text FROM messages WHERE tenant = ? AND user_id = ? "
+        f"AND source IN ({','.join('?' * len(keys))})",
+        (tenant, user, *keys),
+    ).fetchall()
+    return already_stored(m, {source: tuple(rest) for source, *rest in rows})
 
 
 def _compact(ids: list[int]) -> str:

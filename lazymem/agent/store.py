@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from lazymem.agent.errors import UnknownMessages, UnknownUser
+from lazymem.agent.errors import BadInput, UnknownMessages, UnknownUser
 from lazymem.retrieval.base import UserStorage
 
 __all__ = ["UnknownMessages", "UnknownUser"]  # with the records below; their home is lazymem.agent.errors
@@ -49,6 +49,27 @@ class NewMessage:
     # Other keys of the same message (what an earlier lazymem named it): one stored under any of them is
     # not stored again either
     aliases: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> list[str]:
+        """Its source, then its aliases: what the store looks up."""
+        return ([] if self.source is None else [self.source]) + list(self.aliases)
+
+
+def already_stored(m: NewMessage, stored: Mapping[str, tuple[int, str, str]]) -> int | None:
+    """The id of the message `m` is, among `stored` ({key: (id, role, text)} of the user's messages under
+    m's keys), or None. A source names one message: the same source with another role or text is a
+    BadInput, never a silent skip (the client reused a key). An alias counts only with the same role and
+    text: it is a key of earlier versions, which named a line by its file's name alone."""
+    if m.source is not None and m.source in stored:
+        known, role, text = stored[m.source]
+        if (role, text) != (m.role, m.text):
+            raise BadInput(
+                f"source {m.source!r} is already stored for this user with another message; a source names "
+                "one message (nothing of this batch was stored)"
+            )
+        return known
+    return next((stored[a][0] for a in m.aliases if a in stored and stored[a][1:] == (m.role, m.text)), None)
 
 
 @dataclass(frozen=True)

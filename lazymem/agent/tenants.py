@@ -42,6 +42,10 @@ REDACTED = "[redacted]"
 _NOT_KEY_CHAR = re.compile(r"[^\x21-\x7e]")  # outside printable ASCII, or whitespace
 
 
+# how many layers of percent-encoding `redact` looks through (a client may encode a path twice)
+_ENCODINGS = 3
+
+
 @dataclass(frozen=True)
 class Tenant:
     name: str
@@ -92,16 +96,19 @@ class Tenants:
         return self._keys.by_digest.get(_digest(key))
 
     def redact(self, text: str) -> str:
-        """`text` with every key replaced by [redacted], as written or percent-encoded (then the text comes
-        back decoded)."""
+        """`text` with every key replaced by [redacted], as written or percent-encoded, once or more (then
+        the text comes back decoded as far as it took)."""
         finder = self._keys.finder
         if finder is None:
             return text
         text = _blank(text, finder)
-        if "%" in text:
-            decoded = unquote(text)
+        decoded = text
+        for _ in range(_ENCODINGS):
+            if "%" not in decoded:
+                break
+            decoded = unquote(decoded)
             if finder.search(decoded):
-                text = _blank(decoded, finder)
+                text = decoded = _blank(decoded, finder)
         return text
 
     @classmethod
@@ -209,6 +216,8 @@ def _entries(keys_file: str) -> dict:
         data = yaml.safe_load(Path(keys_file).read_text())
     except OSError as e:
         raise ConfigError(f"serve.keys_file: cannot read {keys_file}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"serve.keys_file: {keys_file} is not UTF-8 text (byte {e.start})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

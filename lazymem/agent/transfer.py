@@ -131,7 +131,9 @@ def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
             user = record.get("user_id", default_user)
             if not isinstance(user, str) or not user:
                 raise DataError(path, f"line {line_no}", "user_id", "missing (or pass --user)")
-            message = {k: record.get(k) for k in (*KEYED_FIELDS, "vectors")}
+            # every field of the line goes on, so that the import refuses one it does not know (a misspelt
+            # "session" or "timestamp" must not be dropped while the message is stored without it)
+            message = dict(record)
             message["source"] = last_key[user] = message_key(last_key.get(user, user), message)
             message["aliases"] = (f"{path.name}:{line_no}",)
             if current is None or current.user_id != user:
@@ -203,17 +205,11 @@ def _fail(command: str, reason: str) -> int:
 def _open_memory(overrides: Sequence[str]):
     """The Memory the overrides configure, retrieval only: a retriever names the vectors, and no memory
     model is needed to store or read."""
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
     from lazymem.agent.memory import Memory
 
     try:
         return Memory.from_config([*overrides, "method=rag"])
-    except MissingConfigException as e:  # Hydra's message lists its search path, over many lines
-        options = f"; choose one of {', '.join(e.options)}" if e.options else ""
-        raise _Failed(f"no config {e.missing_cfg_file!r}{options}") from None
-    except (HydraException, OmegaConfBaseException, ValueError) as e:  # an override, or a value in agent.*
+    except ValueError as e:  # ConfigError (an override, a value in agent.*) or a store's own check
         raise _Failed(f"bad configuration: {e}") from None
 
 

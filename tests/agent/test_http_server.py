@@ -176,6 +176,20 @@ def test_a_partial_request_head_is_cut_off_even_while_it_trickles_in(server):
     assert time.monotonic() - started <= HEAD_S + SLACK_S
 
 
+def test_a_body_that_stops_coming_is_cut_off_but_one_that_keeps_coming_is_not(server):
+    sock, started = server.connect(), time.monotonic()
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n123456")
+    waited = closed_after(sock, started, HEAD_S + SLACK_S)
+    assert waited is not None and waited >= HEAD_S * 0.8, waited
+
+    sock, body = server.connect(), b"x" * 12
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n")
+    for n in range(12):  # a byte every 0.25 s: 3 s in all, longer than the bound, but never silent that long
+        time.sleep(0.25)
+        sock.sendall(body[n : n + 1])
+    assert response(sock).startswith(b"HTTP/1.1 200")
+
+
 def test_fifty_partial_or_silent_connections_are_all_closed(server):
     socks, started = [], time.monotonic()
     for n in range(50):

@@ -270,8 +270,8 @@ def test_a_version_1_database_is_migrated_with_its_messages_ids_and_sources(pg_d
     assert [(m.id, m.text) for m in store.snapshot("t", "u").messages] == [(7, "from version 1")]
     ready = store.ready()  # pending since the upgrade
     assert ready.backlog == 1 and ready.oldest_pending_s < 5
-    assert store.add("t", "u", new("again", source="f:1")) == Added([7], 0)
-    renamed = NewMessage("user", "renamed", "t", "s", "v2:1", ("f:1",))
+    assert store.add("t", "u", new("from version 1", source="f:1")) == Added([7], 0)
+    renamed = NewMessage("user", "from version 1", "t", "s", "v2:1", ("f:1",))
     assert store.add("t", "u", [renamed]) == Added([7], 0)
     key = Idempotency("k", "d")
     added = store.add("t", "u", new("next"), key)

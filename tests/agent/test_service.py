@@ -267,6 +267,7 @@ def test_a_forgotten_canary_is_in_no_file_and_no_log(service):
         ("agent.max_open_users=-1", "agent.max_open_users: expected an integer >= 1, got -1"),
         ("serve.max_body_bytes=100", "serve.max_body_bytes: "),
         ("mcp.user=' '", "mcp.user: "),
+        ("serve.bogus=1", "Could not override 'serve.bogus'. To append to your config use +serve.bogus=1"),
     ],
 )
 def test_a_bad_setting_refuses_start_up_in_one_line_naming_its_key(tmp_path, override, line):

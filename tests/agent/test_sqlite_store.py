@@ -233,8 +233,9 @@ def test_a_version_2_file_is_migrated_with_its_messages_ids_and_sources(tmp_path
     assert [(m.id, m.text) for m in store.snapshot("t", "u").messages] == [(7, "from version 2")]
     ready = store.ready()  # pending since the upgrade
     assert ready.backlog == 1 and ready.oldest_pending_s < 5
-    assert store.add("t", "u", [new("again", "f:1")]) == Added([7], 0)
-    assert store.add("t", "u", [NewMessage("user", "renamed", "t", "s", "v3:1", ("f:1",))]) == Added([7], 0)
+    assert store.add("t", "u", [new("from version 2", "f:1")]) == Added([7], 0)
+    renamed = NewMessage("user", "from version 2", "t", "s", "v3:1", ("f:1",))
+    assert store.add("t", "u", [renamed]) == Added([7], 0)
     key = Idempotency("k", "d")
     added = store.add("t", "u", [new("next")], key)
     assert added.stored == 1 and added.ids[0] > 7  # the tenant's counter goes on

@@ -10,7 +10,7 @@ from contextlib import closing
 
 import pytest
 
-from lazymem.agent.errors import IdempotencyConflict
+from lazymem.agent.errors import BadInput, IdempotencyConflict
 from lazymem.agent.sqlite_store import SQLiteStore
 from lazymem.agent.store import Added, Idempotency, NewMessage, Readiness, Snapshot, open_store
 
@@ -125,6 +125,19 @@ def test_a_message_stored_under_one_of_its_aliases_is_not_stored_again(any_store
     assert any_store.add("t", "u", [keyed("new", "v3:3", "v2:3")]).ids == [more.ids[0]]
     assert [m.text for m in any_store.snapshot("t", "u").messages] == ["hello", "ok", "new"]
     assert any_store.add("t", "other", [keyed("hello", "v2:1", "v1:1")]).stored == 1  # per user
+
+
+def test_a_source_names_one_message_and_an_alias_counts_only_for_the_same_text(any_store):
+    first = any_store.add("t", "u", [keyed("hello", "s1")])
+    with pytest.raises(BadInput, match="source 's1' is already stored for this user with another message"):
+        any_store.add("t", "u", [keyed("fine", "s2"), keyed("CHANGED", "s1")])  # nothing of the batch
+    with pytest.raises(BadInput, match="'s3'"):
+        any_store.add("t", "u", [keyed("a", "s3"), keyed("b", "s3")])  # one source twice in a batch
+    assert [m.text for m in any_store.snapshot("t", "u").messages] == ["hello"]
+    # an old key (a file's name and line) met again by another file's line: another message, stored
+    other = any_store.add("t", "u", [keyed("other file's line", "c1:x", "s1")])
+    assert other.stored == 1 and other.ids != first.ids
+    assert any_store.add("t", "u", [keyed("hello", "c1:y", "s1")]).ids == first.ids  # same text: the same
 
 
 def test_an_idempotency_key_replays_the_first_add_and_writes_nothing(any_store):

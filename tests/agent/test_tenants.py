@@ -100,6 +100,10 @@ def test_a_keys_file_that_is_missing_or_not_yaml_is_refused_without_quoting_it(t
     with pytest.raises(ConfigError) as e:
         load(tmp_path, monkeypatch, "acme: {keys: [secret-key-123, oops\n")
     assert "not valid YAML at line 2" in str(e.value) and "secret-key-123" not in str(e.value)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"\xff\xfeacme: {keys: [secret-key-123]}\n")
+    with pytest.raises(ConfigError, match=r"^serve.keys_file: .*latin.yaml is not UTF-8 text \(byte 0\)$"):
+        Tenants.load(str(latin), None, None, 200)
 
 
 def test_a_reload_swaps_the_keys_at_once(tmp_path, monkeypatch, caplog):
@@ -138,6 +142,7 @@ def test_redact_finds_keys_as_written_and_percent_encoded():
     assert tenants.redact("GET /v1/users/c2VjcmV0K2tleS8=/query") == "GET /v1/users/[redacted]/query"
     assert tenants.redact("/v1/users/c2VjcmV0K2tleS8%3D/q") == "/v1/users/[redacted]/q"
     assert tenants.redact("/u/%63%32VjcmV0K2tleS8%3d and 100%") == "/u/[redacted] and 100%"
+    assert tenants.redact("/u/c2VjcmV0K2tleS8%253D/q") == "/u/[redacted]/q"  # encoded twice
     assert tenants.redact("overlapping: xabcdef.") == "overlapping: [redacted]."  # not "[redacted]cdef"
     assert tenants.redact("no key, 100% sure") == "no key, 100% sure"
     assert Tenants({}).redact("anything") == "anything"

@@ -293,6 +293,18 @@ def test_a_bad_message_names_its_file_line_field_and_what_was_stored_before_it(t
     assert done.stderr.splitlines()[0] == "u: 2 messages"  # the first batch, kept
 
 
+def test_a_misspelt_field_stops_the_import_instead_of_being_dropped(tmp_path):
+    """A line's `session` or `timestamp` is no field of a message: stored without it, the message would
+    silently lose its session and time."""
+    source = tmp_path / "misspelt.jsonl"
+    line = {"role": "user", "text": "hello", "session": "s1", "timestamp": "2020-01-01"}
+    source.write_text(json.dumps(line) + "\n")
+    done = cli("import", str(source), "--user", "u", f"agent.dir={tmp_path / 'store'}", tmp=tmp_path)
+    error = one_line_error(done)
+    assert error.startswith(f"lazymem import: {source} line 1: unknown fields ['session', 'timestamp']")
+    assert cli("export", "u", f"agent.dir={tmp_path / 'store'}", tmp=tmp_path).returncode == 1  # nothing
+
+
 def test_a_missing_file_fails_fast_before_the_config_is_composed(tmp_path):
     missing = tmp_path / "nope.jsonl"
     done = cli("import", str(missing), "retrieval=nonexistent", tmp=tmp_path)  # would fail if composed

@@ -178,6 +178,24 @@ def test_each_kind_of_error_has_one_code_on_both_interfaces(service, memory):
     assert unauthorized.status_code == 401 and unauthorized.json()["code"] == "unauthorized"
 
 
+def test_a_body_that_cannot_be_parsed_is_bad_input_and_no_reply_echoes_much(service, memory):
+    fails(lambda: memory.import_("parse", None), BadInput)
+    with http(service) as c:
+        json_type = {"content-type": "application/json"}
+        not_utf8 = c.post("/v1/users/parse/messages", content=b'{"messages": "\xff"}', headers=json_type)
+        assert not_utf8.status_code == 400 and not_utf8.json()["code"] == "bad_input"
+        huge = c.post(
+            "/v1/users/parse/forget", content=b'{"message_ids": [' + b"1" * 3000 + b"]}", headers=json_type
+        )
+        assert (
+            huge.status_code == 400
+            and huge.json()["code"] == "bad_input"
+            and len(huge.json()["detail"]) <= 500
+        )
+        missing = c.get("/v1/nowhere")
+        assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+
+
 def test_unknown_ids_are_counted_not_echoed(service, memory):
     memory.add("many", notes(1))
     err = fails(lambda: memory.forget("many", range(10**6, 10**6 + 70_000)), UnknownMessages)
@@ -215,6 +233,21 @@ def test_an_import_names_the_line_that_stopped_it_and_what_was_kept(service):
         assert r.json()["detail"].startswith("line 150: text must be a non-empty string")
         assert "140 messages of this import stored before it" in r.json()["detail"]  # 7 batches of 20
         assert r.json()["stored"] == 140 == len(stored_texts(c, "imp"))
+
+
+def test_a_source_reused_for_another_message_is_refused_not_skipped(service, memory):
+    memory.import_("reuse", [{"role": "user", "text": "a", "source": "s1"}])
+    fails(lambda: memory.import_("reuse", [{"role": "user", "text": "CHANGED", "source": "s1"}]), BadInput)
+    assert [m["text"] for m in memory.export("reuse")] == ["a"]
+    ndjson = {"Content-Type": "application/x-ndjson"}
+    with http(service) as c:
+        line = {"role": "user", "text": "a", "source": "s1"}
+        assert c.post("/v1/users/reuse/import", content=json.dumps(line), headers=ndjson).status_code == 201
+        changed = json.dumps(line | {"text": "CHANGED"})
+        r = c.post("/v1/users/reuse/import", content=changed, headers=ndjson)
+        assert r.status_code == 400 and r.json()["code"] == "bad_input"
+        assert "source 's1'" in r.json()["detail"]
+        assert stored_texts(c, "reuse") == ["a"]
 
 
 def test_a_streamed_import_over_its_bound_is_413_and_says_what_it_kept(service):

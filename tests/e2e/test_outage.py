@@ -39,6 +39,7 @@ def test_a_restart_and_an_outage_lose_nothing_and_answer_503_not_500(tmp_path):
     assert figures["ready_status"] == 503 and figures["ready_s"] <= 1.0, figures
     assert figures["health_status"] == 200, figures
     assert figures["query_status"] == 503 and figures["query_code"] == "store_unavailable", figures
+    assert "127.0.0.1" not in figures["query_detail"]  # the database's address stays in the service's log
     assert figures["query_s"] <= WAIT_S + 1, figures
     assert all(r is not None and r <= 10 for r in figures["recovery_s"]), figures
     assert figures["acknowledged"] > 20 and figures["acknowledged_lost"] == 0, figures
