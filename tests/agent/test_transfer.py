@@ -5,6 +5,8 @@ user's history is stored already, whatever the file is called; every failure is 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lazymem.agent import transfer
 from lazymem.agent.transfer import read_histories
 from lazymem.data.schema import DataError
 
@@ -25,14 +28,26 @@ FIELDS = ("role", "text", "time", "session_id")
 
 
 def cli(*args: str, tmp, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*kw.pop("prefix", ()), sys.executable, "-m", "lazymem.run", *args, f"paths.cache={tmp / 'cache'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        **kw,
-    )
+    """`lazymem import|export ARGS` as the command line runs it (lazymem.run hands these commands to
+    transfer.main), in this process: a new process per call would cost seconds of imports each. With
+    `prefix` (a command to run it under), a process of its own."""
+    argv = [*args, f"paths.cache={tmp / 'cache'}"]
+    if kw:
+        return subprocess.run(
+            [*kw.pop("prefix", ()), sys.executable, "-m", "lazymem.run", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **kw,
+        )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = transfer.main(argv[0], argv[1:])
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def write_jsonl(path: Path, texts: list[str], mode: str = "w", **fields) -> Path:
