@@ -11,7 +11,8 @@ and only ever reaches the users of that key's tenant:
   POST   /v1/users/{user_id}/forget    {"message_ids": [...]} -> {"deleted"}
   DELETE /v1/users/{user_id}           every message of the user -> {"deleted"}
   GET    /v1/users/{user_id}/export    ?vectors=true? ?format=ndjson? -> {"user_id", "messages"} (or NDJSON)
-  POST   /v1/users/{user_id}/import    NDJSON, one message per line (+ "source"?, "vectors"?) -> {"stored"}
+  POST   /v1/users/{user_id}/import    NDJSON, a message per line (+ "source"?, "vectors"?) -> {"stored",
+                                       "skipped"}
   GET    /health (liveness: the process answers), GET /ready (readiness: the store answers, 503 if not)
 
 Every error is `{"code", "detail"}` with one code per kind of error (lazymem/agent/errors.py, the same codes
