@@ -91,7 +91,7 @@ class ImportStopped(BadInput):
 
     def __init__(self, reason: str, imported: Imported):
         super().__init__(f"{reason} ({_stored_before(imported)})")
-        self.reason, self.imported, self.stored = reason, imported, imported.stored
+        self.reason, self.imported = reason, imported
 
 
 class Memory:

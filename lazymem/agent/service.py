@@ -291,6 +291,11 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
         (e.g. "file:line") and a retried import skips what is already stored (`skipped` counts them)."""
         stored = skipped = 0
         size = memory.limits.max_messages_per_add
+
+        def stopped(reason: str, status: int, code: str) -> JSONResponse:
+            detail = _bounded(f"{reason} ({stored} messages of this import stored before it)")
+            return JSONResponse({"code": code, "detail": detail, "stored": stored}, status)
+
         try:
             async for lines, batch in _ndjson_batches(request, max_body_bytes, size):
                 where = [f"line {n}" for n in lines]
@@ -298,15 +303,15 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
                     user_id, batch, tenant=tenant, batch_size=len(batch), where=where.__getitem__
                 )
                 stored, skipped = stored + done.stored, skipped + done.skipped
-        except (ImportStopped, BadInput, StarletteHTTPException) as e:
-            if isinstance(e, StarletteHTTPException) and e.status_code != 413:
+        except ImportStopped as e:  # the batches of this call before the bad message are kept
+            stored += e.imported.stored
+            return stopped(e.reason, 400, "bad_input")
+        except BadInput as e:
+            return stopped(str(e), 400, "bad_input")
+        except StarletteHTTPException as e:
+            if e.status_code != 413:
                 raise
-            if isinstance(e, ImportStopped):
-                stored, e = stored + e.imported.stored, BadInput(e.reason)
-            reason = str(e.detail if isinstance(e, StarletteHTTPException) else e)
-            status, code = (413, "too_large") if isinstance(e, StarletteHTTPException) else (400, "bad_input")
-            detail = f"{reason} ({stored} messages of this import stored before it)"
-            return JSONResponse({"code": code, "detail": detail, "stored": stored}, status)
+            return stopped(str(e.detail), 413, "too_large")
         return JSONResponse({"stored": stored, "skipped": skipped}, status_code=201)
 
     return app
