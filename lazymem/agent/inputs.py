@@ -48,11 +48,13 @@ class Limits:
         first: int = 0,
         allowed: Sequence[str] = MESSAGE_FIELDS,
         name=None,
+        ignored: Sequence[str] = (),
     ) -> list[NewMessage]:
         """The batch as NewMessages (`time` defaults to `now`). `first`: the position of messages[0] in what
         the caller sends (an import's batches); `name(n)` names the message at position n in an error
         (default "message n"). `allowed`: the fields a message may have (an import's also carry `source`,
-        `aliases` and `vectors`, and ignore EXPORT_ONLY_FIELDS)."""
+        `aliases` and `vectors`); `ignored`: fields it may carry and that are not read (an import's:
+        EXPORT_ONLY_FIELDS)."""
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
             raise BadInput("messages must be a non-empty list")
         if len(messages) > self.max_messages_per_add:
@@ -62,7 +64,6 @@ class Limits:
         for n, m in enumerate(messages, first):
             if not isinstance(m, Mapping):
                 raise BadInput(f"{name(n)}: must be an object with role and text")
-            ignored = EXPORT_ONLY_FIELDS if "source" in allowed else ()
             unknown = sorted(set(m) - set(allowed) - set(ignored), key=str)
             if unknown:
                 raise BadInput(f"{name(n)}: unknown fields {unknown}; a message has {list(allowed)}")

@@ -42,6 +42,7 @@ from typing import Any
 
 from lazymem.agent.errors import BadInput, UnknownUser
 from lazymem.agent.inputs import (
+    EXPORT_ONLY_FIELDS,
     IMPORT_FIELDS,
     Limits,
     check_key,
@@ -232,7 +233,9 @@ class Memory:
     async def _import_batch(self, tenant, user_id, chunk, done: Imported, progress, where) -> Imported:
         first = done.stored + done.skipped
         try:
-            batch = self.limits.check_messages(chunk, _now(), first, IMPORT_FIELDS, where)
+            batch = self.limits.check_messages(
+                chunk, _now(), first, IMPORT_FIELDS, where, ignored=EXPORT_ONLY_FIELDS
+            )
             kept = {}  # the carried vectors this store would have made: {model: {key: vector}}
             if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
                 kept = await asyncio.get_running_loop().run_in_executor(
