@@ -33,6 +33,8 @@ LAYERS = (
     ("preflight", "validate"),
     # reports, run tracking, sweeps
     ("report", "tracking", "sweep"),
+    # the training chain: stages run as lazymem tasks in subprocesses of Ray tasks
+    ("chain",),
     # the run lifecycle and the tasks it runs
     ("runner", "tasks"),
     # the entry point

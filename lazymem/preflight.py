@@ -110,6 +110,31 @@ def _check(cfg, methods, benchmarks: dict) -> tuple[list[str], list[Gpu], list[s
     return found, inventory, roles
 
 
+def data_problems(cfg) -> list[str]:
+    """The data file a job reads (`data.path`, for loaders that read one) present; unset only where the
+    loader has a hub copy to fetch (LongMemEval)."""
+    data = cfg.get("data") or {}
+    if "path" not in (data.get("loader") or {}):
+        return []  # generated data (synthetic)
+    path = data.get("path")
+    if not path:
+        hub = "hub_file" in (data.get("loader") or {})
+        return [] if hub else ["data.path is not set: pass data.path=/path/to/file.json"]
+    if not Path(path).is_file():
+        return [f"data.path = {path!r} is not a file"]
+    return []
+
+
+def role_problems(cfg, roles: list[str]) -> list[str]:
+    """What the backends of `roles` miss (a model, a key, an environment), and the retrieval's."""
+    found = []
+    for role in roles:
+        found += get_backend(role_config(cfg.llm, role)).problems(f"llm.roles.{role}")
+    if "retrieval" in cfg:
+        found += instantiate(cfg.retrieval).problems("retrieval")
+    return found
+
+
 def problems(cfg, methods, benchmarks: dict) -> list[str]:
     """Everything the job misses, each with its fix. On a GPU node a derived plan (placement.derive) is
     written into `cfg`'s device keys here, before any model loads."""

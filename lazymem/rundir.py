@@ -123,6 +123,8 @@ FREE_KEYS = (
     "*.startup_timeout_s",
     "*.stop_timeout_s",
     "*.max_restarts",
+    # where a job's Ray cluster is (task=chain hands one to the stage that joins it)
+    "*.ray_address",
 )
 
 
@@ -164,8 +166,8 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
             f"error: {run_dir} already holds a run (status {status}); continue it with resume=true, "
             "or pick a new directory with hydra.run.dir=DIR"
         )
-    if not stored.exists():
-        return
+    if not stored.exists() or cfg.get("task") == "chain":
+        return  # a chain decides per stage what a changed config reruns (lazymem/chain/plan.py)
     changes = result_changes(yaml_load(stored), resolved_config(cfg))
     if changes:
         shown = "\n".join(f"  - {c}" for c in changes[:20])

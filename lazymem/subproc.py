@@ -38,6 +38,26 @@ def death_signal_preexec() -> Callable[[], None] | None:
     return preexec
 
 
+def start(
+    cmd: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen:
+    """`cmd` in a process group of its own that dies with this process, its output (stderr too) a text pipe
+    read line by line."""
+    return subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+        start_new_session=True,
+        preexec_fn=death_signal_preexec(),
+        env=dict(env) if env is not None else None,
+    )
+
+
 def stream(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> int:
     """Run ``cmd`` to the end, copying its output line by line to our stdout and to ``log_path``.
 
@@ -46,18 +66,7 @@ def stream(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = N
     """
     with open(log_path, "w", encoding="utf-8") as logf:
         logf.write(f"$ {shlex.join(cmd)}\n")
-        proc = subprocess.Popen(
-            list(cmd),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-            preexec_fn=death_signal_preexec(),
-            env=dict(env) if env is not None else None,
-        )
+        proc = start(cmd, env)
         try:
             for line in proc.stdout:  # universal newlines: progress bars' \r updates arrive as lines
                 sys.stdout.write(line)

@@ -5,6 +5,7 @@ GRPO and reward settings as task=train_grpo passes them, with VERL's own trainer
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -66,17 +67,21 @@ def write_sft_dir(out: Path, model: str, n_questions: int = 6, n_val: int = 0) -
     return out
 
 
-GRPO = CONF_DIR / "train" / "grpo.yaml"
+GRPO = CONF_DIR / "train" / "grpo" / "verl.yaml"
+GRPO_COMMON = CONF_DIR / "train" / "grpo" / "_common.yaml"
+GRPO_TRL = CONF_DIR / "train" / "grpo" / "trl.yaml"
 
 
 REWARD = CONF_DIR / "train" / "reward.yaml"
 
 
-def grpo_cfg(tmp_path, **changes) -> dict:
-    cfg = OmegaConf.load(GRPO)
-    cfg.merge_with({"w": 2, "seed": 0})  # the root keys it interpolates (radius, data and rollout seeds)
-    g = OmegaConf.to_container(cfg, resolve=True)
-    g.pop("w"), g.pop("seed")
+def grpo_cfg(tmp_path, engine: Path = GRPO, **changes) -> dict:
+    """train.grpo as an engine's file composes it (_common.yaml, then the engine's own keys)."""
+    own = OmegaConf.load(engine)
+    own.pop("defaults")
+    cfg = OmegaConf.merge(OmegaConf.load(GRPO_COMMON), own)
+    root = OmegaConf.create({"w": 2, "seed": 0, "g": cfg})  # the root keys it interpolates (radius, seeds)
+    g = OmegaConf.to_container(root, resolve=True)["g"]
     g.update({"rl_data_dir": str(tmp_path), "model": "/models/sft", **changes})
     return g
 
@@ -111,3 +116,54 @@ def compose_verl(ovr: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(Path(verl_config.__file__).parent), version_base=None):
         return hydra_compose("ppo_trainer", overrides=ovr)
+
+
+def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0) -> Path:
+    """A tiny random Qwen3 (scripts/tiny_qwen3.py) taught by plain-torch SFT to answer one-message windows
+    with a valid decision array, and build_rl-style train/val parquet rows of such windows (gold on even
+    rows). 45 steps at lr 3e-3 leave it valid about 70% of the time at temperature 0.9: GRPO groups then
+    hold valid and invalid rollouts. Returns the SFT model's directory; the rows are in `out`."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lazymem.train.rl_rows import rl_row
+
+    script = Path(__file__).parents[1] / "scripts" / "tiny_qwen3.py"
+    subprocess.run([sys.executable, str(script), str(out / "base"), "--hidden", "64"], check=True)
+
+    def row(i: int, split: str) -> dict:
+        window = [{"role": "user", "content": f"m{i}", "timestamp": ""}]
+        prompt = [{"role": "user", "content": f"m{i}"}]
+        return rl_row(
+            prompt=prompt, query="q", query_time=None, messages=window, gold=[i % 2 == 0], answer="a",
+            split=split, index=i,
+        )  # fmt: skip
+
+    for split, n in (("train", 8), ("val", 4)):
+        pq.write_table(pa.Table.from_pylist([row(i, split) for i in range(n)]), out / f"{split}.parquet")
+    tok = AutoTokenizer.from_pretrained(out / "base")
+    model = AutoModelForCausalLM.from_pretrained(out / "base")
+    target = json.dumps([{"op": "KEEP", "compressed_content": "m", "reason": "r"}]) + tok.eos_token
+    pairs = []
+    for i in range(8):
+        chat = tok.apply_chat_template([{"role": "user", "content": f"m{i}"}], add_generation_prompt=True)
+        chat = chat["input_ids"] if isinstance(chat, Mapping) else chat
+        pairs.append((list(chat), tok(target, add_special_tokens=False)["input_ids"]))
+    width = max(len(p) + len(t) for p, t in pairs)
+    ids = torch.tensor([p + t + [tok.pad_token_id] * (width - len(p) - len(t)) for p, t in pairs])
+    labels = torch.tensor([[-100] * len(p) + t + [-100] * (width - len(p) - len(t)) for p, t in pairs])
+    mask = torch.tensor([[1] * (len(p) + len(t)) + [0] * (width - len(p) - len(t)) for p, t in pairs])
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(out / "sft")
+    tok.save_pretrained(out / "sft")
+    return out / "sft"

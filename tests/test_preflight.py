@@ -21,10 +21,12 @@ from lazymem.methods.lazymem import LazyMem
 from lazymem.methods.rag import RAG
 from lazymem.preflight import (
     PreflightError,
+    data_problems,
     problems,
     require,
     require_placement,
     rl_env_problems,
+    role_problems,
     roles_used,
 )
 from lazymem.tasks.evaluate import build_methods
@@ -310,3 +312,24 @@ def test_verls_environment_must_import_flash_attn(tmp_path, monkeypatch):
     assert rl_env_problems(sys.executable) == []
     (found,) = rl_env_problems(str(tmp_path / "absent" / "python"), "gpu_check.rl_python")
     assert found.startswith("gpu_check.rl_python = ") and "does not run (FileNotFoundError" in found
+
+
+def test_data_problems_name_a_missing_file_and_accept_a_hub_copy(tmp_path):
+    assert data_problems(config()) == []  # synthetic data reads no file
+    assert data_problems(config("data=longmemeval")) == []  # no path: the hub copy
+    assert data_problems(config("data=locomo")) == ["data.path is not set: pass data.path=/path/to/file.json"]
+    missing = str(tmp_path / "nope.json")
+    assert data_problems(config("data=locomo", f"data.path={missing}")) == [
+        f"data.path = {missing!r} is not a file"
+    ]
+
+
+def test_role_problems_cover_the_roles_asked_for_and_the_retrieval(cpu_only, monkeypatch):
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    cfg = config("llm=paper", "retrieval=hybrid_loo")
+    teacher = role_problems(cfg, ["teacher"])
+    assert teacher and all("llm.roles.teacher" in p for p in teacher)
+    assert any("DEEPSEEK_API_KEY" in p for p in teacher)
+    assert role_problems(cfg, []) == []
+    paper_retrieval = role_problems(config("llm=paper", "retrieval=paper_gpu"), [])
+    assert any(p.startswith("retrieval.") for p in paper_retrieval)

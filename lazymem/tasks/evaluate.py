@@ -25,7 +25,8 @@ from lazymem.eval.results import render_results
 from lazymem.eval.summary import BenchmarkSummary, summary, write_summary
 from lazymem.llm.llm_set import build_llms
 from lazymem.methods.base import Context, Method
-from lazymem.preflight import require
+from lazymem.preflight import data_problems, require
+from lazymem.preflight import problems as preflight_problems
 from lazymem.prompts import load
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ def build_methods(cfg) -> list[Method]:
     if len(set(names)) != len(names):
         raise ValueError(f"method names must be unique, got {names}")
     return methods
+
+
+def problems(cfg) -> list[str]:
+    """What preflight would stop this job on (models, keys, environments, GPUs) and its data file, checked
+    before a chain starts (lazymem/chain/preflight.py)."""
+    return data_problems(cfg) + preflight_problems(cfg, build_methods(cfg), {})
 
 
 def build_retriever(cfg, methods: list[Method]):

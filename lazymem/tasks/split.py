@@ -11,6 +11,12 @@ import json
 
 from lazymem.data import load_dataset
 from lazymem.data.stratified_split import SPLITS, count_table, make_split
+from lazymem.preflight import data_problems
+
+
+def problems(cfg) -> list[str]:
+    """The data file, checked before a chain starts (lazymem/chain/preflight.py)."""
+    return data_problems(cfg)
 
 
 def run(cfg, run) -> dict:

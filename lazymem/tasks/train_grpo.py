@@ -1,14 +1,15 @@
-"""task=train_grpo: GRPO on the memory model with VERL 0.9.1 (paper Section 3.3, Table 10).
+"""task=train_grpo: GRPO on the memory model (paper Section 3.3, Table 10) with the engine train.grpo names.
 
-Builds the VERL overrides from train.grpo (+ train.reward for the reward kwargs), writes them to
-overrides.txt and command.sh, then runs `python -m verl.trainer.main_ppo` as a subprocess, streaming its
-output into the console and verl.log. `train.grpo.dry_run=true` stops after writing the files. Before VERL
-starts it checks what VERL would otherwise fail on late or wait for without end: the GPUs (VERL's own,
-placement.train.grpo, and the reward judge's when it is served on this node), flash_attn in VERL's
-environment, and the quality-reward judge answering (GET /v1/models). VERL gets its own
-CUDA_VISIBLE_DEVICES, so it never takes the judge's GPU.
-After training, the checkpoint is chosen on the validation split (checkpoint_select.select_rl_checkpoint)
-and recorded in <checkpoint_dir>/selected_checkpoint.json.
+``train.grpo.engine._target_`` picks the engine (lazymem/train/grpo_engine.py's contract): VERL 0.9.1
+(conf/train/grpo/verl.yaml, paper mode) or TRL 1.16's GRPOTrainer (train/grpo=trl). The engine writes its own
+files (VERL: overrides.txt; TRL: trl_config.json) and names one command; this task writes it to command.sh
+(``train.grpo.dry_run=true`` stops there) and runs it as a subprocess, streaming its output into the console
+and the engine's log. Before it starts, the checks both engines share: the inputs, the SFT targets against
+the response cap, the GPUs (the engine's count on this node, the plan's CUDA_VISIBLE_DEVICES: placement.train
+.grpo, never the judge's GPU), VERL's environment where the engine needs it (flash_attn), the quality-reward
+judge answering (GET /v1/models) when it is an endpoint, and free disk space for the checkpoints. After
+training, the checkpoint is chosen on the validation split (checkpoint_select.select_rl_checkpoint) and
+recorded in <checkpoint_dir>/selected_checkpoint.json with the engine's name.
 Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory> train.grpo.model=<SFT>.
 """
 
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
+import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem import tracking
@@ -31,8 +35,8 @@ from lazymem.placement import gpu_inventory, training
 from lazymem.preflight import rl_env_problems, stop
 from lazymem.subproc import stream
 from lazymem.train.checkpoint_select import select_rl_checkpoint
-from lazymem.train.grpo_config import command, overrides
-from lazymem.train.sft_data import check_response_cap
+from lazymem.train.grpo_engine import GrpoEngine, Launch, check_disk, check_inputs
+from lazymem.train.sft_data import check_response_cap, sft_thinking
 
 log = logging.getLogger(__name__)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -70,69 +74,130 @@ def judge_answers(rc: dict) -> str | None:
     return None if rc["served_name"] in ids else f"{rc['base_url']} serves {ids}, not {rc['served_name']!r}"
 
 
-def _before_verl(cfg, g: dict, reward: dict | None) -> dict[str, str]:
-    """Stop with every problem VERL would meet late; else VERL's environment: its CUDA_VISIBLE_DEVICES."""
-    plan, found = training(cfg, gpu_inventory())
-    found += rl_env_problems(g.get("python"))
-    if reward is not None:
-        rc = role_config(cfg.llm, "reward_judge")
-        if (why := judge_answers(rc)) is not None:
-            judge_gpu = plan.get("reward_judge", [None])[0]
-            found.append(
-                f"the quality-reward judge (llm.roles.reward_judge) does not answer: {why}. Start it before "
-                f"training, e.g. {judge_command(cfg, judge_gpu)}, or point llm.roles.reward_judge.base_url "
-                "at a running one"
-            )
+def _before_training(cfg, reward: dict | None, launch: Launch, python: str | None) -> dict[str, str]:
+    """Stop with every problem the trainer would meet late; else its CUDA_VISIBLE_DEVICES (when the GPU plan
+    gives it)."""
+    found: list[str] = []
+    plan: dict[str, list[int]] = {}
+    if launch.plan_gpus and launch.gpus:
+        plan, found = training(cfg, gpu_inventory())
+    if launch.rl_env:
+        found += rl_env_problems(python)
+    rc = role_config(cfg.llm, "reward_judge")
+    endpoint = reward is not None and rc.get("backend") == "endpoint"  # a managed judge starts its server
+    if endpoint and (why := judge_answers(rc)) is not None:
+        judge_gpu = plan.get("reward_judge", [None])[0]
+        found.append(
+            f"the quality-reward judge (llm.roles.reward_judge) does not answer: {why}. Start it before "
+            f"training, e.g. {judge_command(cfg, judge_gpu)}, or point llm.roles.reward_judge.base_url "
+            "at a running one"
+        )
     stop(found)
-    return {"CUDA_VISIBLE_DEVICES": visible_devices(",".join(map(str, plan["grpo"])))}
+    return {"CUDA_VISIBLE_DEVICES": visible_devices(",".join(map(str, plan["grpo"])))} if plan else {}
+
+
+def problems(cfg) -> list[str]:
+    """What this job would stop on, checked before a chain starts (lazymem/chain/preflight.py): the engine's
+    settings, its Python and, for VERL, the RL environment and the GPUs; the inputs come from earlier stages
+    and are checked when it starts."""
+    engine, g, reward = _settings(cfg)
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            launch = engine.launch(g, reward, Path(scratch))
+        except ValueError as e:
+            return [str(e)]
+    python = g.get("python")
+    if python and not Path(python).expanduser().exists():
+        return [
+            f"train.grpo.python = {python!r} does not exist: build the RL environment with "
+            "scripts/setup_gpu_env.sh on the GPU node, or point train.grpo.python at one"
+        ]
+    found = rl_env_problems(python) if launch.rl_env else []
+    if launch.gpus and (gpus := gpu_count()) < launch.gpus:
+        found.append(
+            f"train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}"
+        )
+    return found
+
+
+def last_error(log: Path) -> str | None:
+    """The trainer's own last exception line (e.g. JudgeErrorRateExceeded), so that the run's error, and a
+    chain's, names the cause and not only an exit status; Ray's `(Actor pid=N)` prefix is dropped."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-300:]
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if found := re.search(r"\b([A-Za-z_][\w.]*(?:Error|Exceeded|Exception)): (.+)$", line):
+            return f"{found.group(1).rsplit('.', 1)[-1]}: {found.group(2).strip()}"[:500]
+    return None
+
+
+def _settings(cfg) -> tuple[GrpoEngine, dict, dict | None]:
+    """The engine, train.grpo as a dict for it, and train.reward with the judge's role resolved."""
+    engine: GrpoEngine = instantiate(cfg.train.grpo.engine)
+    g = OmegaConf.to_container(cfg.train.grpo, resolve=True)
+    del g["engine"]
+    g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
+    g["reports"] = tracking.trainer_reports(cfg)  # the trainer logs to W&B when this run is tracked
+    if g.get("enable_thinking") is None and g.get("model"):  # prompts formatted as the SFT data was
+        g["enable_thinking"] = sft_thinking(g["model"])
+    reward = cfg.train.get("reward")
+    reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
+    if reward is not None:  # the quality judge is the reward_judge role; the reward gets it resolved
+        cache = cfg.llm.cache_path if cfg.llm.get("cache", True) else None
+        reward["judge"] |= {"llm": role_config(cfg.llm, "reward_judge"), "cache_path": cache}
+    return engine, g, reward
 
 
 def run(cfg, run) -> dict:
-    g = OmegaConf.to_container(cfg.train.grpo, resolve=True)
-    g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
-    # VERL logs its training steps to W&B when this run is tracked (logger=wandb), else not at all
-    loggers = [x for x in g["logger"] if x != "wandb"]
-    g["logger"] = [*loggers, "wandb"] if tracking.trainer_reports(cfg) else loggers
-    reward = cfg.train.get("reward")
-    reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
-    if reward is not None:  # the quality judge is the reward_judge role; the reward workers get it resolved
-        cache = cfg.llm.cache_path if cfg.llm.get("cache", True) else None
-        reward["judge"] |= {"llm": role_config(cfg.llm, "reward_judge"), "cache_path": cache}
+    engine, g, reward = _settings(cfg)
     try:
-        ovr = overrides(g, reward)
+        check_inputs(g)
         check_response_cap(g["model"], g["max_response_length"], g["max_sft_over_cap"])  # SFT targets fit?
-    except ValueError as e:  # a missing input (data, SFT checkpoint) or an inconsistent batch
+        launch = engine.launch(g, reward, run.dir)
+    except ValueError as e:  # a missing input (data, SFT checkpoint) or inconsistent settings
         raise SystemExit(f"error: {e}") from None
-    cmd = command(ovr, g.get("python"))
-    (run.dir / "overrides.txt").write_text("\n".join(ovr) + "\n", encoding="utf-8")
-    (run.dir / "command.sh").write_text("#!/bin/sh\n" + shlex.join(cmd) + "\n", encoding="utf-8")
-    result = {"overrides": len(ovr), "dry_run": bool(g["dry_run"]), "command": str(run.dir / "command.sh")}
+    (run.dir / "command.sh").write_text("#!/bin/sh\n" + shlex.join(launch.command) + "\n", encoding="utf-8")
+    result = {
+        "engine": engine.name,
+        **launch.info,
+        "dry_run": bool(g["dry_run"]),
+        "command": str(run.dir / "command.sh"),
+    }
     if g["dry_run"]:
-        print(f"dry run: {len(ovr)} overrides -> {run.dir / 'command.sh'}")
+        print(f"dry run ({engine.name}): {run.dir / 'command.sh'}")
         return result
     if g.get("python") and not Path(g["python"]).expanduser().exists():
         raise SystemExit(
             f"error: train.grpo.python = {g['python']!r} does not exist: build the RL environment with "
             "scripts/setup_gpu_env.sh on the GPU node, or point train.grpo.python at one"
         )
-    gpus, wanted = gpu_count(), int(g["n_gpus_per_node"])
-    if int(g["nnodes"]) == 1 and gpus < wanted:  # VERL would wait for them forever
+    if launch.gpus and (gpus := gpu_count()) < launch.gpus:  # VERL would wait for them forever
         raise SystemExit(
-            f"error: train_grpo needs {wanted} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}; "
-            "train.grpo.dry_run=true writes the command without running it"
+            f"error: train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found "
+            f"{gpus}; train.grpo.dry_run=true writes the command without running it"
         )
-    gpus = _before_verl(cfg, g, reward)
-    line = f"CUDA_VISIBLE_DEVICES={gpus['CUDA_VISIBLE_DEVICES']} {shlex.join(cmd)}"
+    devices = _before_training(cfg, reward, launch, g.get("python"))
+    try:
+        check_disk(g["checkpoint_dir"], g["min_free_gib"])
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    prefix = "".join(f"{k}={v} " for k, v in devices.items())
+    line = prefix + shlex.join(launch.command)
     (run.dir / "command.sh").write_text(f"#!/bin/sh\n{line}\n", encoding="utf-8")
-    log.info("starting VERL on GPUs %s: %s", gpus["CUDA_VISIBLE_DEVICES"], shlex.join(cmd[:3]))
-    env = tracking.subprocess_env(cfg, run.dir, name=f"{run.dir.name}-grpo") | gpus
-    rc = stream(cmd, run.dir / "verl.log", env)
+    log.info("starting %s: %s", engine.name, line)
+    env = tracking.subprocess_env(cfg, run.dir, name=f"{run.dir.name}-grpo") | devices
+    rc = stream(launch.command, launch.log, env)
     result["returncode"] = rc
     if rc != 0:
-        raise RuntimeError(f"VERL exited with status {rc}; see {run.dir / 'verl.log'}")
-    if not g["curriculum"]:  # VERL's own trainer writes no validation log
+        cause = last_error(launch.log)
+        raise RuntimeError(
+            f"{engine.name} exited with status {rc}{f' ({cause})' if cause else ''}; see {launch.log}"
+        )
+    if not launch.validates:
         log.warning("no checkpoint chosen: the validation log needs train.grpo.curriculum=true")
         return result
-    choice = select_rl_checkpoint(g["checkpoint_dir"], g["select_metric"])
+    choice = select_rl_checkpoint(g["checkpoint_dir"], g["select_metric"], engine.name)
     print(f"selected RL checkpoint: {choice['path']} ({choice['metric']} = {choice['value']})")
     return {**result, "selected_checkpoint": choice["path"], "selected_step": choice["step"]}

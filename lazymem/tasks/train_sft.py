@@ -47,6 +47,16 @@ def _inputs(data_dir) -> dict:
     return base
 
 
+def problems(cfg) -> list[str]:
+    """LLaMA-Factory's environment, checked before a chain starts (lazymem/chain/preflight.py)."""
+    cli = Path(cfg.train.sft.venv) / "bin" / "llamafactory-cli"
+    if cli.exists():
+        return []
+    return [
+        f"{cli} not found: create LLaMA-Factory's environment with `make setup-sft` (or train.sft.venv=...)"
+    ]
+
+
 def run(cfg, run) -> dict:
     sft = cfg.train.sft
     base = _inputs(sft.data_dir)

@@ -38,6 +38,7 @@ from lazymem.tracking.settings import (
     group,
     options,
     resolve_mode,
+    run_id,
     run_name,
     subprocess_env,
     trainer_reports,
@@ -174,6 +175,8 @@ def start(cfg: DictConfig, run_dir: Path) -> Tracker:
                 group=group(opts, run_dir),
                 job_type=str(OmegaConf.select(cfg, "task") or "run"),
                 name=run_name(run_dir),
+                id=run_id(run_dir),  # kept in the run directory: a resumed run continues its W&B run
+                resume="allow",
                 tags=[str(t) for t in opts.get("tags") or []],
                 dir=str(wandb_dir(opts, run_dir)),
                 config=wandb_config(cfg),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -52,6 +54,22 @@ def run_name(run_dir: Path) -> str:
     return f"{sweep}/{Path(run_dir).name}" if sweep else Path(run_dir).name
 
 
+RUN_ID_FILE = ".wandb_run_id"
+
+
+def run_id(run_dir: Path, trainer: str = "") -> str:
+    """The W&B run id of this run directory (or of a trainer it launches): drawn once and kept in the
+    directory, so a resumed run (resume=true, a chain's continued stage) goes on in the same W&B run
+    (verl #2783), while a new run in a reused path (a chain stage rerun after its old directory was moved
+    aside) starts a new one."""
+    path = Path(run_dir) / RUN_ID_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(8) + "\n", encoding="utf-8")
+    base = path.read_text(encoding="utf-8").strip()
+    return base if not trainer else f"{base}-{hashlib.sha256(trainer.encode()).hexdigest()[:6]}"
+
+
 def group(opts: dict, run_dir: Path) -> str:
     """logger.group, else the sweep's name, else the run's own: a run and the trainers it launches
     (LLaMA-Factory, VERL: W&B runs of their own) are always shown together."""
@@ -72,7 +90,9 @@ def subprocess_env(cfg: DictConfig, run_dir: Path, name: str, environ=None) -> d
     """The environment for a trainer subprocess (LLaMA-Factory, VERL) that reports to the same W&B project.
 
     os.environ (or `environ`) plus WANDB_PROJECT, WANDB_ENTITY (if set), WANDB_MODE (logger.mode unless the
-    environment has one), WANDB_DIR, WANDB_RUN_GROUP (the run's group), WANDB_NAME=name and WANDB_TAGS.
+    environment has one), WANDB_DIR, WANDB_RUN_GROUP (the run's group), WANDB_NAME=name, WANDB_TAGS, and
+    WANDB_RUN_ID (kept in the run directory: a resumed run's trainer continues its W&B run) with
+    WANDB_RESUME=allow.
     With logger=none: WANDB_MODE=disabled. (VERL passes its project and run name to wandb.init itself:
     trainer.project_name / trainer.experiment_name; the other variables it takes from here.)
     """
@@ -88,6 +108,7 @@ def subprocess_env(cfg: DictConfig, run_dir: Path, name: str, environ=None) -> d
     env["WANDB_DIR"] = str(wandb_dir(opts, run_dir).resolve())
     env["WANDB_RUN_GROUP"] = group(opts, run_dir)
     env["WANDB_NAME"] = name
+    env["WANDB_RUN_ID"], env["WANDB_RESUME"] = run_id(run_dir, name), "allow"
     if opts.get("tags"):
         env["WANDB_TAGS"] = ",".join(str(t) for t in opts["tags"])
     return env

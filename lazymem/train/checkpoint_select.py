@@ -1,10 +1,12 @@
 """Checkpoint choice on the validation split (paper Appendix D.1: every model-selection decision uses it).
 
-RL: lazymem's VERL trainer appends every validation round to ``validation_metrics.jsonl`` in the checkpoint
-directory, with the curriculum's lambda in force while that round was scored. The reward mixes action and
-quality with that lambda, so reward means of different phases are not comparable: the choice is made among
-the kept checkpoints (``global_step_N``) validated under the lambda of the latest such round, by the
-largest validation mean of ``metric`` (VERL's ``reward``: our reward's score), the later step on a tie.
+RL: both GRPO engines (lazymem's VERL trainer, the TRL engine's callback) append every validation round to
+``validation_metrics.jsonl`` in the checkpoint directory, with the curriculum's lambda in force while that
+round was scored. The reward mixes action and quality with that lambda, so reward means of different phases
+are not comparable: the choice is made among the kept checkpoints (VERL: ``global_step_N``, TRL / the HF
+Trainer: ``checkpoint-N``) validated under the lambda of the latest such round, by the largest validation
+mean of ``metric`` (``reward``: our reward's score), the later step on a tie. A TRL checkpoint is a model
+directory transformers and vLLM load, or a LoRA adapter directory (``adapter: true``).
 
 Both stages write ``selected_checkpoint.json`` beside their checkpoints: metric, value, step and path.
 """
@@ -21,6 +23,8 @@ from lazymem.train.diagnostics import load_jsonl
 
 VALIDATION_LOG = "validation_metrics.jsonl"
 SELECTED = "selected_checkpoint.json"
+# each engine's checkpoint directory for step N
+LAYOUTS = {"verl": "global_step_{}", "trl": "checkpoint-{}"}
 
 
 def append_validation(directory: str | Path, record: Mapping[str, Any]) -> None:
@@ -52,14 +56,16 @@ def read_validations(directory: str | Path) -> dict[int, dict]:
     return out
 
 
-def select_rl_checkpoint(directory: str | Path, metric: str = "reward") -> dict:
-    """Pick the RL checkpoint (see the module docstring) and write ``selected_checkpoint.json``."""
+def select_rl_checkpoint(directory: str | Path, metric: str = "reward", engine: str = "verl") -> dict:
+    """Pick the RL checkpoint of `engine`'s layout (see the module docstring) and write
+    ``selected_checkpoint.json``."""
     directory = Path(directory)
+    layout = LAYOUTS[engine]
     rounds = read_validations(directory)
     kept = {
         step: rec
         for step, rec in rounds.items()
-        if (directory / f"global_step_{step}").is_dir() and rec.get(metric) is not None
+        if (directory / layout.format(step)).is_dir() and rec.get(metric) is not None
     }
     if not kept:
         raise ValueError(
@@ -69,15 +75,19 @@ def select_rl_checkpoint(directory: str | Path, metric: str = "reward") -> dict:
     lam = kept[max(kept)]["lam"]
     same_phase = {step: rec for step, rec in kept.items() if rec["lam"] == lam}
     step = max(same_phase, key=lambda s: (same_phase[s][metric], s))
+    path = directory / layout.format(step)
     choice = {
         "stage": "rl",
-        "metric": f"validation mean of {metric} (VERL val-core), under lambda {lam}",
+        "engine": engine,
+        "metric": f"validation mean of {metric}, under lambda {lam}",
         "value": same_phase[step][metric],
         "step": step,
-        "path": str((directory / f"global_step_{step}").resolve()),
+        "path": str(path.resolve()),
         "candidates": {str(s): rec[metric] for s, rec in sorted(same_phase.items())},
         "rule": "kept checkpoints validated under the latest lambda; highest value, later step on a tie",
     }
+    if engine == "trl":  # peft writes adapter_config.json beside the adapter's weights
+        choice["adapter"] = (path / "adapter_config.json").is_file()
     (directory / SELECTED).write_text(json.dumps(choice, indent=2) + "\n", encoding="utf-8")
     return choice
 

@@ -1,4 +1,5 @@
-"""VERL 0.9.1 overrides for the GRPO stage (paper Table 10), built from conf/train/grpo.yaml.
+"""VERL 0.9.1 overrides for the GRPO stage (paper Table 10), built from conf/train/grpo/verl.yaml
+(+ conf/train/grpo/_common.yaml).
 
 Key names were read from verl/trainer/config/_generated_ppo_trainer.yaml. Notes on the non-obvious ones:
 `clip_ratio` alone does nothing (the loss reads clip_ratio_low/high); `ppo_mini_batch_size` counts
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymem.train import verl_trainer
+from lazymem.train.grpo_engine import check_inputs, reward_settings
 
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -58,21 +60,23 @@ def _number(s: str) -> bool:
     return True
 
 
-def reward_kwargs(reward: Mapping[str, Any], default_state: Path) -> list[str]:
+def reward_kwargs(reward: Mapping[str, Any], checkpoint_dir: Path) -> list[str]:
     """eta, curriculum settings and the judge config as reward_kwargs, one key per override.
 
     The curriculum trainer reads its settings here too (verl_trainer.curriculum_from_config): one source.
     """
-    cur = reward["curriculum"]
-    out = [
-        f"{KW}.eta={value(reward['eta'])}",
-        f"{KW}.curriculum_state={value(str(Path(cur['state_path'] or default_state).resolve()))}",
-        f"{KW}.lam_phase1={value(cur['lam_phase1'])}",
-        f"{KW}.lam_phase2={value(cur['lam_phase2'])}",
-        f"{KW}.tau={value(cur['tau'])}",
-    ]
-    out += [f"{KW}.judge.{k}={value(v)}" for k, v in reward["judge"].items()]
+    settings = reward_settings(reward, checkpoint_dir)
+    judge = settings.pop("judge")
+    out = [f"{KW}.{k}={value(v)}" for k, v in settings.items()]
+    out += [f"{KW}.judge.{k}={value(v)}" for k, v in judge.items()]
     return out
+
+
+def ray_overrides(address: str) -> list[str]:
+    """Join a running Ray cluster: verl/trainer/main_ppo.py:57-74 passes ray_kwargs.ray_init to ray.init
+    only when Ray is not initialised yet, and ray.init refuses num_cpus/num_gpus together with an address,
+    so num_cpus stays null (the cluster's resources are its own)."""
+    return [f"+ray_kwargs.ray_init.address={value(address)}", "ray_kwargs.ray_init.num_cpus=null"]
 
 
 def curriculum_overrides() -> list[str]:
@@ -85,21 +89,9 @@ def curriculum_overrides() -> list[str]:
 
 
 def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> list[str]:
-    """The Hydra overrides for `python -m verl.trainer.main_ppo`, from train.grpo (+ train.reward)."""
-    if not g.get("rl_data_dir"):
-        raise ValueError("train.grpo.rl_data_dir is not set: point it at a task=build_rl run directory")
-    if not g.get("model"):
-        # RL starts from the SFT checkpoint, which is also the reference policy (Table 10); never the base
-        raise ValueError(
-            "train.grpo.model is not set: GRPO starts from the SFT checkpoint. Pass "
-            "train.grpo.model=<the `path` in a train_sft run's checkpoint.json> (or set $LAZYMEM_SFT_MODEL)"
-        )
-    if g["train_batch_size"] % g["ppo_mini_batch_size"]:
-        # VERL 0.9.1's validate_config only checks mini <= batch; a remainder would leave a ragged update
-        raise ValueError(
-            f"ppo_mini_batch_size {g['ppo_mini_batch_size']} must divide "
-            f"train_batch_size {g['train_batch_size']}"
-        )
+    """The Hydra overrides for `python -m verl.trainer.main_ppo`, from train.grpo (+ train.reward);
+    the inputs are checked first (grpo_engine.check_inputs)."""
+    check_inputs(g)
     data = Path(g["rl_data_dir"]).resolve()
     checkpoints = Path(g["checkpoint_dir"]).resolve()
     old = g["verl_0_7_1"]
@@ -162,9 +154,16 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
     }
     out = [f"{k}={value(v)}" for k, v in o.items()]
     if reward is not None:
-        out += reward_kwargs(reward, checkpoints / "curriculum_state.json")
+        out += reward_kwargs(reward, checkpoints)
     if g["curriculum"]:
         out += curriculum_overrides()
+    if g.get("ray_address"):
+        out += ray_overrides(g["ray_address"])
+    # the prompts' thinking switch, read by RLHFDataset and the agent loop (verl 0.9.1 trainer/config/
+    # data/legacy_data.yaml:119, utils/dataset/rl_dataset.py:120-250, experimental/agent_loop/
+    # agent_loop.py:242-251)
+    if g.get("enable_thinking") is not None:
+        out.append(f"+data.apply_chat_template_kwargs.enable_thinking={value(bool(g['enable_thinking']))}")
     return out + [str(x) for x in g.get("extra_overrides") or []]
 
 

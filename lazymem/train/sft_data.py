@@ -217,20 +217,34 @@ class ResponseCapError(ValueError):
     """Too many SFT targets are longer than GRPO's response cap."""
 
 
-def sft_dataset_of(model: str | Path) -> Path | None:
-    """The SFT training file a task=train_sft model was trained on: its run directory (the model's
-    parent, or grandparent for an epoch checkpoint) holds llamafactory.yaml, whose dataset_dir and dataset
-    name it. None for a model made elsewhere, or when that file is gone."""
+def sft_run_config(model: str | Path) -> dict | None:
+    """The llamafactory.yaml a task=train_sft model was trained with: its run directory is the model's
+    parent, or grandparent for an epoch checkpoint. None for a model made elsewhere."""
     for run_dir in Path(model).resolve().parents[:2]:
         config = run_dir / "llamafactory.yaml"
         if config.is_file():
-            train = yaml.safe_load(config.read_text(encoding="utf-8"))
-            info = Path(train["dataset_dir"]) / "dataset_info.json"
-            if not info.is_file():
-                return None
-            data = info.parent / json.loads(info.read_text(encoding="utf-8"))[train["dataset"]]["file_name"]
-            return data if data.is_file() else None
+            return yaml.safe_load(config.read_text(encoding="utf-8"))
     return None
+
+
+def sft_dataset_of(model: str | Path) -> Path | None:
+    """The SFT training file a task=train_sft model was trained on (llamafactory.yaml's dataset_dir and
+    dataset name it). None for a model made elsewhere, or when that file is gone."""
+    train = sft_run_config(model)
+    if train is None:
+        return None
+    info = Path(train["dataset_dir"]) / "dataset_info.json"
+    if not info.is_file():
+        return None
+    data = info.parent / json.loads(info.read_text(encoding="utf-8"))[train["dataset"]]["file_name"]
+    return data if data.is_file() else None
+
+
+def sft_thinking(model: str | Path) -> bool | None:
+    """Whether the SFT model was trained on prompts with the thinking switch on (LLaMA-Factory's
+    `enable_thinking`, set from build_sft's with_reasoning); None when unknown."""
+    train = sft_run_config(model)
+    return None if train is None or "enable_thinking" not in train else bool(train["enable_thinking"])
 
 
 def check_response_cap(

@@ -35,7 +35,15 @@ SPLITS = {
 
 
 # tasks that never run the memory model at query time, so `construct` does not apply
-NO_MEMORY_INFERENCE = {"coverage", "build_sft", "build_rl", "train_sft", "train_grpo", "reward_diagnostics"}
+NO_MEMORY_INFERENCE = {
+    "coverage",
+    "build_sft",
+    "build_rl",
+    "train_sft",
+    "train_grpo",
+    "merge_rl",
+    "reward_diagnostics",
+}
 
 
 def composed(experiment: str, *overrides: str):

@@ -37,7 +37,7 @@ def seeded_keys(cfg):
 
 @pytest.mark.parametrize("llm", ["cpu", "paper"])
 def test_the_root_seed_reaches_every_seeded_component(llm):
-    overrides = [f"llm={llm}", "+train@train.grpo=grpo", "+train@train.sft=sft"]
+    overrides = [f"llm={llm}", "+train/grpo@train.grpo=verl", "+train@train.sft=sft"]
     default, changed = root(*overrides), root(*overrides, "seed=7")
     assert default.seed == 0 and set(seeded_keys(default).values()) == {0}
     assert set(seeded_keys(changed).values()) == {7}

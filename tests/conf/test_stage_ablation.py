@@ -1,12 +1,10 @@
 """+experiment=stage_ablation (paper Table 3): one job per training stage, each with its own memory model,
-labelled by `stage` so that task=report builds Table 3 and the accuracy-by-stage plot."""
+labelled by `stage` so that task=report builds Table 3 and the accuracy-by-stage plot. The stages evaluated
+and reported on a CPU, as the training chain runs them: tests/e2e/test_chain_cpu.py."""
 
-import pytest
-import yaml
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR as CONF
-from lazymem.eval.summary import read_summary
 
 from helpers import run_cli
 
@@ -41,39 +39,3 @@ def test_a_stage_without_a_checkpoint_stops_before_starting(tmp_path):
     assert r.returncode != 0
     assert "llm.roles.memory.model is not set: pass stages.rl=" in r.stderr
     assert not (tmp_path / "records.jsonl").exists()
-
-
-@pytest.mark.slow
-def test_stage_sweep_on_cpu_and_table3(tmp_path):
-    """Two stages with two different bundled GGUFs as their 'checkpoints', then the report."""
-    sweep = tmp_path / "sweep"
-    out = run_cli(
-        "-m",
-        "+experiment=stage_ablation_cpu",
-        "retrieval=bm25",
-        "stage=base,sft",
-        "data.loader.per_type=1",
-        "data.limit=1",
-        "retrieval.n=3",
-        "w=0",
-        f"hydra.sweep.dir={sweep}",
-        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
-        timeout=900,
-        standin=True,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    served = {}
-    for job in ("0", "1"):
-        cfg = yaml.safe_load((sweep / job / "config.yaml").read_text())
-        served[cfg["stage"]] = cfg["llm"]["roles"]["memory"]["model"]
-        (bench,) = read_summary(sweep / job)["benchmarks"].values()
-        summary = bench["methods"]["lazymem"]
-        assert summary["errors"] == 0 and summary["windows"] > 0
-    assert served == {"base": "bundled:smollm2-135m", "sft": "bundled:qwen2.5-0.5b"}
-    report = tmp_path / "report"
-    r = run_cli("task=report", f"report.inputs=[{sweep}]", f"hydra.run.dir={report}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    table3 = (report / "table3_synthetic.csv").read_text().splitlines()
-    assert [row.split(",")[0] for row in table3[1:]] == ["base", "sft"]
-    assert "Gate Fmt." in (report / "report.md").read_text()
-    assert (report / "accuracy_by_stage.png").stat().st_size > 0

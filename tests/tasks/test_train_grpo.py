@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from lazymem.conf import CONF_DIR
 from lazymem.preflight import PreflightError
 from lazymem.tasks import train_grpo
+from lazymem.train.grpo_engine import Launch
 
 from helpers import run_cli
 from helpers_llm import gpus, paper_model_dirs
@@ -149,6 +150,7 @@ def grpo(tmp_path, python, *overrides: str):
                 f"train.grpo.python={python}",
                 f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
                 "train.grpo.curriculum=false",
+                "train.grpo.min_free_gib=0",
                 "logger=none",
                 *overrides,
             ],
@@ -196,3 +198,121 @@ def test_a_judge_that_serves_another_model_is_named(node):
     with pytest.raises(PreflightError, match=r"serves \['qwen3-8b'\], not 'qwen3-32b'"):
         train_grpo.run(cfg, run)
     judge.http.shutdown()
+
+
+def compose_engine(tmp_path, engine: str, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                "+experiment=train_grpo",
+                f"train/grpo={engine}",
+                f"train.grpo.rl_data_dir={tmp_path}",
+                "train.grpo.model=/models/sft",
+                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
+                "train.grpo.dry_run=true",
+                "logger=none",
+                *overrides,
+            ],
+        )
+
+
+@pytest.mark.parametrize(
+    ("engine", "own_file", "entry"),
+    [
+        ("verl", "overrides.txt", "verl.trainer.main_ppo"),
+        ("trl", "trl_config.json", "lazymem.train.trl_grpo"),
+    ],
+)
+def test_the_task_runs_the_engine_its_config_names(tmp_path, engine, own_file, entry):
+    """train/grpo=verl|trl composes, and the task's engine is the config's _target_ (no name branch)."""
+    cfg = compose_engine(tmp_path, engine)
+    assert cfg.train.grpo.engine._target_.endswith("Engine")
+    run = SimpleNamespace(dir=tmp_path / "run")
+    run.dir.mkdir()
+    result = train_grpo.run(cfg, run)
+    assert result["engine"] == engine and result["dry_run"]
+    assert (run.dir / own_file).is_file()
+    assert f" -m {entry} " in (run.dir / "command.sh").read_text()
+    # a class of one's own, named by _target_, runs the same way
+    cfg.train.grpo.engine._target_ = f"{__name__}.EchoEngine"
+    assert train_grpo.run(cfg, run)["engine"] == "echo"
+    assert (run.dir / "command.sh").read_text().splitlines()[1] == "echo /models/sft"
+
+
+class EchoEngine:
+    """An engine of one's own: the GrpoEngine contract and nothing else."""
+
+    name = "echo"
+
+    def launch(self, g, reward, run_dir):
+        return Launch(["echo", g["model"]], run_dir / "echo.log", 0, False, False, False)
+
+
+def test_too_little_disk_space_stops_naming_free_needed_and_the_directory(node):
+    judge = Judge("qwen3-32b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(
+        node,
+        rl_python(node, flash_attn=True),
+        f"llm.roles.reward_judge.base_url={judge.url}",
+        "train.grpo.min_free_gib=1000000000",
+    )
+    with pytest.raises(SystemExit) as stop:
+        train_grpo.run(cfg, run)
+    assert "GiB free for checkpoints in " + str((node / "ckpt").resolve()) in stop.value.code
+    assert "train.grpo.min_free_gib asks for 1e+09 GiB" in stop.value.code
+    assert not (node / "verl_gpus").exists()  # VERL never started
+    judge.http.shutdown()
+
+
+def test_with_a_ray_address_verl_joins_the_cluster_and_this_nodes_gpus_are_not_counted(node, monkeypatch):
+    monkeypatch.setattr(train_grpo, "gpu_count", lambda: 0)  # a login node: the GPUs are the cluster's
+    judge = Judge("qwen3-32b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(
+        node,
+        rl_python(node, flash_attn=True),
+        f"llm.roles.reward_judge.base_url={judge.url}",
+        "train.grpo.ray_address=ray://head:10001",
+    )
+    train_grpo.run(cfg, run)
+    lines = (run.dir / "overrides.txt").read_text().splitlines()
+    assert '+ray_kwargs.ray_init.address="ray://head:10001"' in lines
+    assert "ray_kwargs.ray_init.num_cpus=null" in lines
+    assert not (run.dir / "command.sh").read_text().splitlines()[1].startswith("CUDA_VISIBLE_DEVICES")
+    judge.http.shutdown()
+
+
+def test_the_chains_check_names_the_rl_environment_and_the_gpus_verl_needs(tmp_path, monkeypatch):
+    """problems(cfg), which a chain runs before it starts: VERL's environment and GPUs; TRL on a CPU: none."""
+    monkeypatch.setattr(train_grpo, "gpu_count", lambda: 0)
+    monkeypatch.setattr(train_grpo, "rl_env_problems", lambda python: [f"{python} cannot import flash_attn"])
+    verl = train_grpo.problems(grpo(tmp_path, sys.executable, "train.grpo.model=/sft"))
+    assert verl == [
+        f"{sys.executable} cannot import flash_attn",
+        "train_grpo needs 2 GPUs on this node (train.grpo.n_gpus_per_node), found 0",
+    ]
+    missing = train_grpo.problems(grpo(tmp_path, "/no/such/python", "train.grpo.model=/sft"))
+    assert missing[0].startswith("train.grpo.python = '/no/such/python' does not exist")
+    trl = grpo(
+        tmp_path,
+        sys.executable,
+        "train.grpo.model=/sft",
+        "train/grpo=trl",
+        "train.grpo.n_gpus_per_node=0",
+    )
+    assert train_grpo.problems(trl) == []
+
+
+def test_a_failed_trainer_is_reported_by_its_own_last_error(tmp_path):
+    log = tmp_path / "trl.log"
+    log.write_text(
+        "step 3\nTraceback (most recent call last):\n  File x\n"
+        "(TaskRunner pid=12) lazymem.train.verl_trainer.JudgeErrorRateExceeded: judge error rate 0.2 > 0.05\n"
+    )
+    assert train_grpo.last_error(log) == "JudgeErrorRateExceeded: judge error rate 0.2 > 0.05"
+    log.write_text("all fine\n")
+    assert train_grpo.last_error(log) is None and train_grpo.last_error(tmp_path / "none.log") is None

@@ -174,3 +174,17 @@ def test_tiny_qwen3_sft_runs_on_cpu_and_records_the_checkpoint(tmp_path):
     assert set(runs) == {run_dir.name, f"{run_dir.name}-sft"}
     assert {project for project, _ in runs.values()} == {"lazymem"}
     assert "train/loss" in runs[f"{run_dir.name}-sft"][1]  # LLaMA-Factory's Trainer logged its loss
+
+
+def test_the_chains_check_names_the_missing_environment_and_its_fix(tmp_path):
+    from omegaconf import OmegaConf
+
+    from lazymem.tasks.train_sft import problems
+
+    assert problems(OmegaConf.create({"train": {"sft": {"venv": str(ROOT / ".venv")}}})) == [
+        f"{ROOT / '.venv' / 'bin' / 'llamafactory-cli'} not found: create LLaMA-Factory's environment with "
+        "`make setup-sft` (or train.sft.venv=...)"
+    ]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "llamafactory-cli").touch()
+    assert problems(OmegaConf.create({"train": {"sft": {"venv": str(tmp_path)}}})) == []

@@ -7,7 +7,7 @@ import matplotlib
 from omegaconf import OmegaConf
 
 from lazymem import tracking
-from lazymem.tracking.settings import resolve_mode
+from lazymem.tracking.settings import resolve_mode, run_id
 
 from helpers_runs import (
     tracking_cfg,
@@ -39,3 +39,16 @@ def test_subprocess_env_for_trainers(tmp_path):
     assert off == {"PATH": "/bin", "WANDB_MODE": "disabled"}
     assert tracking.subprocess_env(OmegaConf.create({}), tmp_path, "sft", {})["WANDB_MODE"] == "disabled"
     assert tracking.trainer_reports(tracking_cfg()) and not tracking.trainer_reports(OmegaConf.create({}))
+
+
+def test_a_run_directory_keeps_its_wandb_run_id(tmp_path):
+    """A resumed run (the same directory) goes on in the same W&B run, and so do its trainers; a new run in a
+    reused path (a chain stage rerun after its directory was moved aside) gets a new id."""
+    first = run_id(tmp_path / "stage")
+    assert run_id(tmp_path / "stage") == first and run_id(tmp_path / "other") != first
+    trainer = run_id(tmp_path / "stage", "stage-grpo")
+    assert trainer.startswith(first) and trainer != first
+    env = tracking.subprocess_env(tracking_cfg(), tmp_path / "stage", "stage-grpo", {})
+    assert env["WANDB_RUN_ID"] == trainer and env["WANDB_RESUME"] == "allow"
+    (tmp_path / "stage").rename(tmp_path / "superseded")
+    assert run_id(tmp_path / "stage") != first

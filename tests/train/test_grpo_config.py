@@ -69,7 +69,10 @@ def validate(config) -> None:
 @pytest.mark.slow
 def test_verl_composes_and_validates_table_10(tmp_path):
     pytest.importorskip("verl")
-    config = compose_verl(overrides(grpo_cfg(tmp_path), reward_cfg(tmp_path)))
+    assert not [o for o in overrides(grpo_cfg(tmp_path), None) if "apply_chat_template_kwargs" in o]
+    # the SFT model's thinking switch (train_grpo reads it from the SFT run) reaches VERL's prompt formatting
+    config = compose_verl(overrides(grpo_cfg(tmp_path, enable_thinking=False), reward_cfg(tmp_path)))
+    assert config.data.apply_chat_template_kwargs == {"enable_thinking": False}
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     assert config.algorithm.adv_estimator == "grpo" and actor.loss_agg_mode == "token-mean"
     assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl" and actor.kl_loss_coef == 0.001

@@ -206,3 +206,13 @@ def test_train_grpo_refuses_sft_targets_longer_than_its_response_cap(tmp_path):
     proc = run_cli(*common, f"hydra.run.dir={tmp_path / 'fits'}")  # Table 10's 3,072
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fits" / "command.sh").exists()
+
+
+def test_grpo_learns_the_thinking_switch_the_sft_model_was_trained_with(tmp_path):
+    model = sft_run(tmp_path, ["short"])
+    assert sd.sft_thinking(model) is None  # the run's yaml does not say
+    config = model.parent / "llamafactory.yaml"
+    for switch in (False, True):
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "enable_thinking": switch}))
+        assert sd.sft_thinking(model) is switch and sd.sft_thinking(model / "checkpoint-3") is switch
+    assert sd.sft_thinking(tmp_path / "elsewhere" / "model") is None

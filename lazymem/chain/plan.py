@@ -1,0 +1,164 @@
+"""What this run does with each stage, and why: the resume decisions.
+
+- `run`: not run before, changed (its fingerprint: config, engine or an input), forced by chain.from, or
+  its run dir gone; an earlier run dir of a changed stage is moved aside (superseded/, nothing is lost);
+- `continue`: interrupted or failed earlier with an unchanged fingerprint: `resume=true` in its own dir;
+- `skip`: finished earlier (ok or skipped) with an unchanged fingerprint: its run dir stays untouched;
+- `given`: its output is chain.given's path; `before`: before chain.from, its earlier result stands;
+  `out`: not in this run (after chain.until, or needed only by given stages).
+A changed stage changes its dependents' input digests, so they all rerun.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from lazymem.chain.fingerprint import changes, config_digest, engine, fingerprint, given_input, stage_config
+from lazymem.chain.record import FINISHED
+from lazymem.chain.stages import Scope, Stage, fill, output_paths
+from lazymem.rundir import result_changes, yaml_load
+from lazymem.validate import ConfigError
+
+SHOWN = {"before": "skip", "out": "skip"}  # how the dry run names the actions that run nothing
+
+
+@dataclass
+class Decision:
+    stage: Stage
+    action: str
+    reason: str
+    fingerprint: dict | None = None
+    overrides: list[str] = field(default_factory=list)  # as run, without resume and the Ray address
+    given: Path | None = None
+    config: object = None  # the stage's composed config (DictConfig), for the chain's preflight
+
+    @property
+    def runs(self) -> bool:
+        return self.action in ("run", "continue")
+
+
+def _config_detail(run_dir: Path, resolved: Mapping) -> str:
+    stored = run_dir / "config.yaml"
+    if not stored.exists():
+        return "config"
+    changed = result_changes(yaml_load(stored), dict(resolved))
+    more = f", +{len(changed) - 3} more" if len(changed) > 3 else ""
+    return f"config ({'; '.join(changed[:3])}{more})" if changed else "config"
+
+
+def _decide(fp: dict, prev: Mapping | None, run_dir: Path, resolved: Mapping) -> tuple[str, str]:
+    if not prev or not prev.get("fingerprint") or prev.get("status") in (None, "pending"):
+        return "run", "not run before"
+    changed = changes(prev["fingerprint"], fp)
+    if changed:
+        parts = [_config_detail(run_dir, resolved) if c == "config" else c for c in changed]
+        return "run", f"changed: {', '.join(parts)}"
+    status = prev["status"]
+    if status in FINISHED:
+        if run_dir.is_dir():
+            return "skip", f"unchanged since {prev.get('ended') or 'its last run'}"
+        return "run", "unchanged, but its run dir is gone"
+    if (run_dir / "config.yaml").exists():
+        return "continue", f"{status} earlier, unchanged: resume=true in its run dir"
+    return "run", f"{status} earlier, before its run began"
+
+
+def _finished_digest(name: str, user: str, prev: Mapping, first: str) -> str:
+    record = prev.get(name) or {}
+    if record.get("status") not in FINISHED or not record.get("fingerprint"):
+        raise ConfigError(
+            [
+                f"chain.from = {first!r}: stage {name!r}, which {user!r} needs, has not finished here "
+                f"(status {record.get('status', 'none')}): run it first, or continue this chain with "
+                "resume=true in its hydra.run.dir"
+            ]
+        )
+    return record["fingerprint"]["digest"]
+
+
+def plan(
+    stages: Sequence[Stage],
+    scope: Scope,
+    given: Mapping[str, Path],
+    chain_dir: Path,
+    prev: Mapping[str, Mapping],
+    compose: Callable[[Sequence[str]], object],
+    first: str | None = None,
+) -> list[Decision]:
+    """One decision per stage, in the chain's order. `prev`: the stages of the chain.json an earlier run
+    left ({} without resume); `first`: chain.from, whose stages run anew."""
+    outputs = output_paths(list(stages), chain_dir, given)
+    digests: dict[str, object] = {}  # what a dependent records as this stage's input
+    decisions = []
+    for stage in stages:
+        name = stage.name
+        if name in given:
+            digests[name] = given_input(given[name])
+            decisions.append(Decision(stage, "given", f"chain.given: {given[name]}", given=given[name]))
+            continue
+        if name in scope.out:
+            decisions.append(Decision(stage, "out", scope.out[name]))
+            continue
+        if name in scope.before:
+            record = prev.get(name) or {}
+            if record.get("status") in FINISHED and record.get("fingerprint"):
+                digests[name] = record["fingerprint"]["digest"]
+            reason = f"before chain.from={first} (status {record.get('status', 'none')})"
+            decisions.append(Decision(stage, "before", reason))
+            continue
+        inputs = {}
+        for dep in stage.deps:
+            inputs[dep] = digests[dep] if dep in digests else _finished_digest(dep, name, prev, first)
+        overrides = fill(stage, outputs, chain_dir)
+        cfg, resolved = stage_config(compose, name, overrides)
+        if (resolved.get("logger") or {}).get("backend", "none") != "none":
+            overrides.append(f"++logger.group={chain_dir.name}")  # one W&B group per chain
+        fp = fingerprint(config_digest(resolved), engine(cfg), inputs)
+        digests[name] = fp["digest"]
+        if first:
+            action, reason = "run", f"chain.from={first}"
+        else:
+            action, reason = _decide(fp, prev.get(name), stage.run_dir(chain_dir), resolved)
+        decisions.append(Decision(stage, action, reason, fp, overrides, config=cfg))
+    return decisions
+
+
+def render(decisions: Sequence[Decision]) -> str:
+    width = max(len(d.stage.name) for d in decisions)
+    lines = [f"{SHOWN.get(d.action, d.action):9} {d.stage.name:{width}}  {d.reason}" for d in decisions]
+    return "\n".join(lines)
+
+
+def command(decision: Decision, chain_dir: Path, ray_address: str | None) -> list[str]:
+    """The stage's lazymem.run command line (run with the chain's own Python)."""
+    cmd = [sys.executable, "-m", "lazymem.run", *decision.overrides]
+    if decision.stage.ray_gpus and ray_address:
+        cmd.append(f"++train.grpo.ray_address={ray_address}")
+    if decision.action == "continue":
+        cmd.append("resume=true")
+    return [*cmd, f"hydra.run.dir={decision.stage.run_dir(chain_dir)}"]
+
+
+def supersede(stage: Stage, chain_dir: Path) -> Path | None:
+    """Move an earlier run dir of the stage (and its log) to <chain>/superseded/<stage>-<time>/."""
+    run_dir, log = stage.run_dir(chain_dir), stage.log(chain_dir)
+    if not run_dir.exists() and not log.exists():
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = chain_dir / "superseded" / f"{stage.name}-{stamp}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = chain_dir / "superseded" / f"{stage.name}-{stamp}-{n}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists():
+        shutil.move(str(run_dir), str(target))
+    target.mkdir(exist_ok=True)
+    if log.exists():
+        shutil.move(str(log), str(target / log.name))
+    return target

@@ -1,0 +1,125 @@
+"""The TRL engine's reward function and its callback: reward components, validation log, curriculum.
+
+:class:`MemoryReward` is GRPOTrainer's reward function: ``lazymem.train.reward.compute_score_async`` for
+every completion (async, so phase 2's judge calls of a batch overlap), on build_rl's rows (``reward_model``
+and ``extra_info`` reach it as TRL passes every dataset column, trl/trainer/grpo_trainer.py:1579-1590). It
+keeps the latest training batch's reward dicts and the validation round's, and hands each component's mean
+to TRL's ``log_metric`` (so W&B gets ``reward/<key>/mean``, ``eval_reward/...`` for validation).
+
+:class:`GrpoLog` writes what VERL's curriculum trainer writes (verl_trainer.py), with its functions:
+one line per optimiser step in ``train_metrics.jsonl`` (the components of the batch that step trained on),
+every validation round in ``validation_metrics.jsonl`` (checkpoint_select.append_validation) with the lambda
+it was scored under, the curriculum moved by its format-valid rate, and the run stopped when the judge's
+validation error rate passes ``judge.max_error_rate`` (check_judge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from lazymem.train.checkpoint_select import VALIDATION_LOG, append_validation
+from lazymem.train.curriculum import Curriculum
+from lazymem.train.diagnostics import load_jsonl
+from lazymem.train.reward import compute_score_async
+from lazymem.train.verl_trainer import check_judge, step_metrics
+
+TRAIN_LOG = "train_metrics.jsonl"
+
+
+def components(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each reward component's mean over rollouts, plain names (``score``, ``format_ok``, ...,
+    ``judge_error_rate`` when the judge was called): verl_trainer.step_metrics without its prefixes."""
+    return {k.removeprefix("reward/").removesuffix("/mean"): v for k, v in step_metrics(infos).items()}
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's text: the assistant message of a conversational completion, or the string itself."""
+    if isinstance(completion, str):
+        return completion
+    return str(completion[-1].get("content") or "")
+
+
+class MemoryReward:
+    """GRPOTrainer's reward function (see the module docstring)."""
+
+    __name__ = "lazymem"  # TRL names the reward's metrics after it (rewards/lazymem/mean)
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self.settings = dict(settings)  # reward kwargs: eta, curriculum_state, lam_phase1/2, tau, judge
+        self.training: Callable[[], bool] = lambda: True  # set to the trainer's model.training
+        self.train_infos: list[dict[str, Any]] = []  # the latest training batch's reward dicts
+        self.eval_infos: list[dict[str, Any]] = []  # this validation round's, so far
+
+    async def __call__(self, prompts, completions, reward_model, data_source, extra_info=None, **kw):
+        extra = extra_info or [None] * len(completions)
+        infos = await asyncio.gather(
+            *(
+                compute_score_async(src, completion_text(c), rm["ground_truth"], info, **self.settings)
+                for src, c, rm, info in zip(data_source, completions, reward_model, extra, strict=True)
+            )
+        )
+        if self.training():
+            self.train_infos = list(infos)
+        else:
+            self.eval_infos.extend(infos)
+        log_metric = kw.get("log_metric")
+        if log_metric is not None:
+            for key, value in step_metrics(infos).items():
+                log_metric(key, value)
+        return [float(info["score"]) for info in infos]
+
+
+def drop_after(path: Path, step: int) -> int:
+    """Keep the JSON lines of ``path`` whose ``step`` is at most ``step``; returns how many were dropped."""
+    if not path.exists():
+        return 0
+    rows = load_jsonl(path)
+    kept = [r for r in rows if int(r["step"]) <= step]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    return len(rows) - len(kept)
+
+
+def forget_unsaved(directory: Path, step: int) -> int:
+    """Before a run resumes from checkpoint ``step`` (0: from the start), drop the steps after it from the
+    training and validation logs: the resumed run does them again, and each step keeps one line."""
+    return drop_after(directory / TRAIN_LOG, step) + drop_after(directory / VALIDATION_LOG, step)
+
+
+class GrpoLog(TrainerCallback):
+    """Step metrics, validation rounds, the curriculum and the judge's bound (see the module docstring)."""
+
+    def __init__(
+        self,
+        reward: MemoryReward,
+        directory: Path,
+        max_error_rate: float,
+        curriculum: Curriculum | None,
+    ):
+        self.reward, self.directory = reward, Path(directory)
+        self.max_error_rate, self.curriculum = max_error_rate, curriculum
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.reward.train_infos:
+            row = {"step": state.global_step, **components(self.reward.train_infos)}
+            with open(self.directory / TRAIN_LOG, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        infos, self.reward.eval_infos = self.reward.eval_infos, []
+        if not infos:
+            return
+        means = components(infos)
+        step = state.global_step
+        # `reward` is the score, as VERL names it (train.grpo.select_metric); the lambda and phase are the
+        # ones the rollouts were scored under, before this round moves the curriculum
+        record = {"step": step, **means, "reward": means["score"]}
+        append_validation(self.directory, record)
+        if self.curriculum is not None:
+            self.curriculum.observe_validation(means["format_ok"], step=step)
+        check_judge(means.get("judge_error_rate"), self.max_error_rate, step)

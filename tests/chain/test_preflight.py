@@ -1,0 +1,45 @@
+"""The chain's checks before it starts (lazymem/chain/preflight.py): every running stage's task check, GPUs
+counted against the node, earlier stages' outputs left to the stage itself, one line per message."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from lazymem.chain.plan import Decision
+from lazymem.chain.preflight import problems
+from lazymem.chain.stages import parse
+
+
+def decisions(tmp_path, actions):
+    stages = parse(
+        {"split": {}, "build": {"gpus": 2, "overrides": ["x={split}"]}, "evaluate": {"gpus": 1}}, 2
+    )
+    config = {"split": "split", "build": "build_sft", "evaluate": "evaluate"}
+    return [Decision(s, actions[s.name], "", config=SimpleNamespace(task=config[s.name])) for s in stages]
+
+
+def test_every_running_stage_is_checked_and_the_same_message_listed_once(tmp_path):
+    chain = tmp_path / "chain"
+    checks = {
+        "split": lambda cfg: ["data.path = 'x' is not a file"],
+        "build_sft": lambda cfg: ["data.path = 'x' is not a file", f"{chain}/split/split.json is missing"],
+        "evaluate": lambda cfg: 1 / 0,
+    }
+    found = problems(
+        decisions(tmp_path, dict.fromkeys(["split", "build", "evaluate"], "run")), checks.get, chain, 0
+    )
+    assert found == [
+        "split, build: data.path = 'x' is not a file",
+        "build: needs 2 GPUs (its chain.stages.<stage>.gpus); this node has 0",
+        "evaluate: needs 1 GPUs (its chain.stages.<stage>.gpus); this node has 0",
+        "evaluate: could not be checked: ZeroDivisionError: division by zero",
+    ]
+    # the earlier stage's output (under the chain's directory) is the stage's own business when it starts
+    assert not [m for m in found if "split.json" in m]
+
+
+def test_skipped_stages_and_a_joined_cluster_are_not_checked(tmp_path):
+    checks = {"split": lambda cfg: ["a problem"]}
+    actions = {"split": "skip", "build": "continue", "evaluate": "given"}
+    assert problems(decisions(tmp_path, actions), checks.get, tmp_path, None) == []
+    assert problems(decisions(tmp_path, actions), checks.get, tmp_path, 4) == []

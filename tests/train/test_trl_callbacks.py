@@ -1,0 +1,68 @@
+"""The TRL engine's reward function and log callback (lazymem/train/trl_callbacks.py), without a trainer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from lazymem.train.checkpoint_select import VALIDATION_LOG, read_validations
+from lazymem.train.curriculum import Curriculum
+from lazymem.train.rl_rows import ground_truth_json
+from lazymem.train.trl_callbacks import TRAIN_LOG, GrpoLog, MemoryReward, forget_unsaved
+from lazymem.train.verl_trainer import JudgeErrorRateExceeded
+
+VALID = json.dumps([{"op": "KEEP", "compressed_content": "m", "reason": "r"}])
+
+
+def batch(n_valid: int, n_invalid: int) -> dict:
+    truth = ground_truth_json(
+        query="q", query_time=None, messages=[{"role": "user", "content": "m"}], gold=[True], answer="a"
+    )
+    texts = [VALID] * n_valid + ["nonsense"] * n_invalid
+    n = len(texts)
+    return {
+        "prompts": [[{"role": "user", "content": "m"}]] * n,
+        "completions": [[{"role": "assistant", "content": t}] for t in texts],
+        "reward_model": [{"style": "rule", "ground_truth": truth}] * n,
+        "data_source": ["lazymem"] * n,
+    }
+
+
+def test_reward_scores_each_completion_and_keeps_train_and_validation_apart(tmp_path):
+    reward = MemoryReward({"lam": 0.0})
+    logged = {}
+    scores = asyncio.run(reward(**batch(1, 1), log_metric=logged.__setitem__))
+    assert scores == [1.0, 0.0] and logged["reward/format_ok/mean"] == 0.5
+    reward.training = lambda: False
+    asyncio.run(reward(**batch(0, 2)))
+    assert len(reward.train_infos) == 2 and [i["format_ok"] for i in reward.eval_infos] == [0.0, 0.0]
+
+
+def test_validation_rounds_move_the_curriculum_and_a_failing_judge_stops(tmp_path):
+    reward = MemoryReward({"lam": 0.0})
+    cur = Curriculum(tmp_path / "state.json", tau=0.5)
+    log = GrpoLog(reward, tmp_path, 0.05, cur)
+    reward.training = lambda: False
+    asyncio.run(reward(**batch(1, 3)))
+    log.on_evaluate(None, SimpleNamespace(global_step=0), None)
+    assert cur.phase == 1 and read_validations(tmp_path)[0]["reward"] == 0.25
+    asyncio.run(reward(**batch(2, 2)))
+    log.on_evaluate(None, SimpleNamespace(global_step=4), None)
+    assert (cur.phase, cur.flipped_at_step) == (2, 4)
+    assert read_validations(tmp_path)[4]["lam"] == 0.0  # scored before the flip
+    reward.eval_infos = [{"score": 0.0, "format_ok": 1.0, "lam": 0.5, "judge_calls": 4, "judge_errors": 1}]
+    with pytest.raises(JudgeErrorRateExceeded, match="25.0% of its calls"):
+        log.on_evaluate(None, SimpleNamespace(global_step=8), None)
+
+
+def test_a_resume_forgets_the_steps_after_its_checkpoint(tmp_path):
+    (tmp_path / TRAIN_LOG).write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / VALIDATION_LOG).write_text(
+        "".join(json.dumps({"step": s, "lam": 0}) + "\n" for s in (0, 2, 3))
+    )
+    assert forget_unsaved(tmp_path, 2) == 2
+    assert [json.loads(x)["step"] for x in (tmp_path / TRAIN_LOG).read_text().splitlines()] == [1, 2]
+    assert sorted(read_validations(tmp_path)) == [0, 2]

@@ -1,0 +1,60 @@
+"""Table 10 under TRL 1.16's names (lazymem/train/trl_engine.py), checked by building GRPOConfig itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lazymem.train.trl_engine import CONFIG, TrlEngine, grpo_args, lora_args
+
+from helpers_train import GRPO_TRL, grpo_cfg, reward_cfg
+
+
+def test_table_10_maps_to_grpo_config_with_verls_batch_shape(tmp_path):
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    g = grpo_cfg(tmp_path, engine=GRPO_TRL)
+    args = GRPOConfig(**{**grpo_args(g), "use_cpu": True, "bf16": False, "use_vllm": False})
+    assert (args.learning_rate, args.lr_scheduler_type, args.warmup_steps) == (1e-6, "constant", 0.0)
+    assert (args.adam_beta1, args.adam_beta2, args.weight_decay, args.max_grad_norm) == (
+        0.9,
+        0.999,
+        0.01,
+        1.0,
+    )
+    assert (args.epsilon, args.epsilon_high, args.beta, args.loss_type) == (0.2, 0.2, 0.001, "dapo")
+    assert (args.num_generations, args.temperature, args.top_p, args.max_completion_length) == (
+        8,
+        0.9,
+        0.95,
+        3072,
+    )
+    # 32 prompts x 8 rollouts per generation, optimiser steps of 16 prompts x 8 in micro-batches of 4
+    assert args.generation_batch_size == 32 * 8 and args.steps_per_generation == 64
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 16 * 8
+    # VERL's steps (batches) are two optimiser steps each: validate every 10, save every 30, keep 5
+    assert (args.eval_steps, args.save_steps, args.save_total_limit, args.eval_on_start) == (20, 60, 5, True)
+    assert args.num_train_epochs == 3 and args.seed == 42 and args.num_generations_eval == 1
+    assert args.chat_template_kwargs == {}  # the template's default unless the SFT model says otherwise
+    assert grpo_args({**g, "enable_thinking": False})["chat_template_kwargs"] == {"enable_thinking": False}
+    assert lora_args(g)["r"] == 64 and lora_args({**g, "lora": {**g["lora"], "enabled": False}}) is None
+
+
+def test_micro_batches_must_divide_an_update(tmp_path):
+    with pytest.raises(ValueError, match="per_device_train_batch_size 3 must divide"):
+        grpo_args(grpo_cfg(tmp_path, engine=GRPO_TRL, per_device_train_batch_size=3))
+
+
+def test_launch_writes_the_scripts_config_and_needs_the_reward(tmp_path):
+    g = {**grpo_cfg(tmp_path, engine=GRPO_TRL, checkpoint_dir=str(tmp_path / "ck")), "reports": True}
+    launch = TrlEngine().launch(g, reward_cfg(tmp_path), tmp_path)
+    config = json.loads((tmp_path / CONFIG).read_text())
+    assert launch.command[-3:] == ["-m", "lazymem.train.trl_grpo", str(tmp_path / CONFIG)]
+    assert (launch.gpus, launch.rl_env, launch.validates) == (1, False, True)
+    assert config["train_file"] == str(tmp_path.resolve() / "train.parquet")
+    assert config["args"]["report_to"] == ["wandb"] and config["args"]["output_dir"] == str(tmp_path / "ck")
+    assert config["reward"]["tau"] == 0.99
+    with pytest.raises(ValueError, match="train.reward"):
+        TrlEngine().launch(g, None, tmp_path)
