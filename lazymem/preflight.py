@@ -89,15 +89,8 @@ def _check(cfg, methods, benchmarks: dict) -> tuple[list[str], list[Gpu], list[s
         found += retriever.problems("retrieval")
         gpu_needed_by += retriever.gpu_keys("retrieval")
     for name, data in benchmarks.items():
-        if "path" not in (data.get("loader") or {}):
-            continue  # generated data (synthetic) reads no file
-        path = data.get("path")
-        if not path:
-            found.append(f"benchmarks.{name}.path is not set: pass benchmarks.{name}.path=/path/to/file.json")
-        elif Path(path).is_dir():
-            found.append(f"benchmarks.{name}.path = {path!r} is a folder: pass the benchmark's JSON file")
-        elif not Path(path).is_file():
-            found.append(f"benchmarks.{name}.path = {path!r} does not exist")
+        if problem := _file_problem(f"benchmarks.{name}", data):
+            found.append(problem)
     inventory: list[Gpu] = []
     if gpu_needed_by and not has_gpu():
         needed = ", ".join(gpu_needed_by)
@@ -110,19 +103,27 @@ def _check(cfg, methods, benchmarks: dict) -> tuple[list[str], list[Gpu], list[s
     return found, inventory, roles
 
 
-def data_problems(cfg) -> list[str]:
-    """The data file a job reads (`data.path`, for loaders that read one) present; unset only where the
-    loader has a hub copy to fetch (LongMemEval)."""
-    data = cfg.get("data") or {}
+def _file_problem(where: str, data, hub_ok: bool = False) -> str | None:
+    """What is wrong with the data file at `<where>.path`, for loaders that read one (None: nothing, or
+    generated data); `hub_ok`: unset is fine, the loader fetches its hub copy."""
     if "path" not in (data.get("loader") or {}):
-        return []  # generated data (synthetic)
+        return None  # generated data (synthetic) reads no file
     path = data.get("path")
     if not path:
-        hub = "hub_file" in (data.get("loader") or {})
-        return [] if hub else ["data.path is not set: pass data.path=/path/to/file.json"]
+        return None if hub_ok else f"{where}.path is not set: pass {where}.path=/path/to/file.json"
+    if Path(path).is_dir():
+        return f"{where}.path = {path!r} is a folder: pass the benchmark's JSON file"
     if not Path(path).is_file():
-        return [f"data.path = {path!r} is not a file"]
-    return []
+        return f"{where}.path = {path!r} does not exist"
+    return None
+
+
+def data_problems(cfg) -> list[str]:
+    """The data file a job reads (`data.path`) present; unset only where the loader has a hub copy to fetch
+    (LongMemEval)."""
+    data = cfg.get("data") or {}
+    problem = _file_problem("data", data, hub_ok="hub_file" in (data.get("loader") or {}))
+    return [problem] if problem else []
 
 
 def role_problems(cfg, roles: list[str]) -> list[str]:

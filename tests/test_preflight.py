@@ -320,7 +320,10 @@ def test_data_problems_name_a_missing_file_and_accept_a_hub_copy(tmp_path):
     assert data_problems(config("data=locomo")) == ["data.path is not set: pass data.path=/path/to/file.json"]
     missing = str(tmp_path / "nope.json")
     assert data_problems(config("data=locomo", f"data.path={missing}")) == [
-        f"data.path = {missing!r} is not a file"
+        f"data.path = {missing!r} does not exist"
+    ]
+    assert data_problems(config("data=locomo", f"data.path={tmp_path}")) == [
+        f"data.path = {str(tmp_path)!r} is a folder: pass the benchmark's JSON file"
     ]
 
 

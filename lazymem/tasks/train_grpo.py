@@ -106,18 +106,27 @@ def problems(cfg) -> list[str]:
             launch = engine.launch(g, reward, Path(scratch))
         except ValueError as e:
             return [str(e)]
-    python = g.get("python")
+    if missing := _python_problem(g.get("python")):
+        return [missing]
+    found = rl_env_problems(g.get("python")) if launch.rl_env else []
+    return found + [p for p in [_gpu_problem(launch)] if p]
+
+
+def _python_problem(python: str | None) -> str | None:
+    """The trainer's Python, when one is named and absent."""
     if python and not Path(python).expanduser().exists():
-        return [
+        return (
             f"train.grpo.python = {python!r} does not exist: build the RL environment with "
             "scripts/setup_gpu_env.sh on the GPU node, or point train.grpo.python at one"
-        ]
-    found = rl_env_problems(python) if launch.rl_env else []
-    if launch.gpus and (gpus := gpu_count()) < launch.gpus:
-        found.append(
-            f"train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}"
         )
-    return found
+    return None
+
+
+def _gpu_problem(launch: Launch) -> str | None:
+    """Fewer GPUs on this node than the engine asks for (VERL would wait for them forever)."""
+    if launch.gpus and (gpus := gpu_count()) < launch.gpus:
+        return f"train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}"
+    return None
 
 
 def last_error(log: Path) -> str | None:
@@ -168,16 +177,10 @@ def run(cfg, run) -> dict:
     if g["dry_run"]:
         print(f"dry run ({engine.name}): {run.dir / 'command.sh'}")
         return result
-    if g.get("python") and not Path(g["python"]).expanduser().exists():
-        raise SystemExit(
-            f"error: train.grpo.python = {g['python']!r} does not exist: build the RL environment with "
-            "scripts/setup_gpu_env.sh on the GPU node, or point train.grpo.python at one"
-        )
-    if launch.gpus and (gpus := gpu_count()) < launch.gpus:  # VERL would wait for them forever
-        raise SystemExit(
-            f"error: train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found "
-            f"{gpus}; train.grpo.dry_run=true writes the command without running it"
-        )
+    if missing := _python_problem(g.get("python")):
+        raise SystemExit(f"error: {missing}")
+    if short := _gpu_problem(launch):
+        raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
     devices = _before_training(cfg, reward, launch, g.get("python"))
     try:
         check_disk(g["checkpoint_dir"], g["min_free_gib"])
