@@ -27,10 +27,13 @@ LAYERS = (
     ("construct",),
     # the memory methods compared in the paper
     ("methods",),
-    # evaluation, training, the agent memory API, GPU placement
-    ("eval", "train", "agent", "placement"),
+    # evaluation, training, GPU placement
+    ("eval", "train", "placement"),
     # checks before a job starts
     ("preflight", "validate"),
+    # the agent memory (API, service, MCP server): a wing above the research core, whose start-up runs the
+    # checks above; nothing before it imports it, and only the entry point after it does
+    ("agent",),
     # reports, run tracking, sweeps
     ("report", "tracking", "sweep"),
     # the training chain: stages run as lazymem tasks in subprocesses of Ray tasks

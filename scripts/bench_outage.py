@@ -225,7 +225,7 @@ def start_replicas(service, tmp: Path, dsn: str, n: int, wait_s: float) -> list:
     common = (
         "method=rag",
         f"serve.keys_file={keys}",
-        "agent.store.kind=postgres",
+        "agent/store=postgres",
         f"agent.store.dsn={dsn}",
         f"agent.store.wait_s={wait_s}",
     )

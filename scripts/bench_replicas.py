@@ -158,7 +158,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed benchmark still stops its services
     if not args.reuse:
         empty_database(args.dsn)
-    store = ["agent.store.kind=postgres", f"agent.store.dsn={args.dsn}"]
+    store = ["agent/store=postgres", f"agent.store.dsn={args.dsn}"]
     figures: dict = {"replicas": args.replicas, "users": args.users, "history": args.history}
     figures["overrides"] = args.overrides
     with tempfile.TemporaryDirectory() as tmp:

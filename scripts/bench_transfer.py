@@ -1,7 +1,7 @@
 """Moving one user to another store, with and without their vectors (a benchmark, not a test).
 
-    .venv/bin/python scripts/bench_transfer.py --source agent.store.kind=postgres agent.store.dsn=DSN \
-        --target agent.store.kind=sqlite --user big [--without] [--json-reply] [--out F.json]
+    .venv/bin/python scripts/bench_transfer.py --source agent/store=postgres agent.store.dsn=DSN \
+        --target agent/store=sqlite --user big [--without] [--json-reply] [--out F.json]
 
 `--source` and `--target` are `Memory.from_config` overrides naming the two stores; the user must be indexed
 in the source (scripts/bench_agent_scale.py leaves its user so). The target's store must be empty: a
@@ -55,7 +55,7 @@ def export(source: list[str], user: str, path: Path, json_reply: bool) -> dict:
             "mb": path.stat().st_size / 2**20,
         }
         if json_reply:
-            from lazymem.agent.service import ExportReply
+            from lazymem.agent.routes import ExportReply
 
             before = peak_mb()
             t0 = time.perf_counter()

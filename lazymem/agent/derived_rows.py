@@ -1,25 +1,29 @@
-"""A user's derived data as rows of the server database (table `derived` of lazymem/agent/postgres_store.py).
+"""A user's derived data as rows of the server database (tables `derived` and `blocks` of schema.py).
 
-Two views of the same rows: the retrievers' embedding cache (`RowsUserStorage.embedding_cache`) and the
-memory model's response cache (`RowsLLMCache`). Each is bound to the generation the user had when it was
-opened; a write under an older generation is dropped, so a query that started before a forget (on this
-replica or another) cannot store anything derived from the forgotten messages after it.
+Three views of the same user's rows: the retrievers' embedding cache (`RowsUserStorage.embedding_cache`),
+their numbered blobs (`RowsBlocks`: vector blocks, BM25 state) and the memory model's response cache
+(`RowsLLMCache`). Each is bound to the generation the user had when it was opened; a write under an older
+generation is dropped, so a query that started before a forget (on this replica or another) cannot store
+anything derived from the forgotten messages after it. `drop_derived` is the deletion's side: it runs in
+the forget's or the purge's transaction.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from psycopg import Connection
 
+from lazymem.agent import vector_blocks
+from lazymem.agent.user_retrieval import LocalUserStorage
 from lazymem.llm.cache import canonical_json
-from lazymem.retrieval.base import UserStorage
 
 EMBEDDING, LLM_REPLY = "embedding", "llm"
 
@@ -50,12 +54,7 @@ class DerivedRows:
     def put(self, kind: str, model: str, items: dict[str, bytes]) -> bool:
         """Store `items` unless the user's generation moved on since these rows were opened."""
         with self.connection() as conn:
-            row = conn.execute(
-                "SELECT generation FROM generations WHERE tenant = %s AND user_id = %s FOR SHARE",
-                (self.tenant, self.user),
-            ).fetchone()
-            if row is None or row[0] != self.generation:
-                self.dropped += 1
+            if not self.current(conn):
                 return False
             now = time.time()
             with conn.cursor() as cur:
@@ -66,40 +65,153 @@ class DerivedRows:
                 )
         return True
 
+    def current(self, conn: Connection, alone: bool = False) -> bool:
+        """Whether the user still has this generation, its row share-locked until `conn` commits (a forget
+        locks it first, so none deletes under a write; `alone`: locked for update, so no other write of
+        the user's derived data runs beside this one); counts a refused write in `dropped`."""
+        row = conn.execute(
+            "SELECT generation FROM generations WHERE tenant = %s AND user_id = %s "
+            + ("FOR UPDATE" if alone else "FOR SHARE"),
+            (self.tenant, self.user),
+        ).fetchone()
+        if row is None or row[0] != self.generation:
+            self.dropped += 1
+            return False
+        return True
 
-class RowsEmbeddingCache:
-    """`EmbeddingCache`'s interface over the user's rows: float32 vectors by (model identity, text key)."""
+
+class RowsBlocks:
+    """`lazymem.retrieval.per_user.Blocks` over the user's `blocks` rows, bound to the generation of
+    `rows`: a write under another generation writes nothing and returns False."""
 
     def __init__(self, rows: DerivedRows):
         self.rows = rows
-        self.hits = self.misses = 0
 
-    def get(self, model: str, keys) -> dict[str, np.ndarray]:
-        unique = list(dict.fromkeys(keys))
-        rows = self.rows.get(EMBEDDING, model, unique)
-        found = {k: np.frombuffer(v, dtype=np.float32) for k, v in rows.items()}
-        self.hits += len(found)
-        self.misses += len(unique) - len(found)
-        return found
+    def read(self, kind: str, name: str, numbers: Collection[int] | None = None) -> dict[int, bytes]:
+        where = "tenant = %s AND user_id = %s AND kind = %s AND name = %s"
+        args: list[Any] = [self.rows.tenant, self.rows.user, kind, name]
+        if numbers is not None:
+            where += " AND block = ANY(%s)"
+            args.append(list(numbers))
+        with self.rows.connection() as conn:  # binary: bytea as text is hex, 4x slower to move and parse
+            found = conn.execute(
+                f"SELECT block, data FROM blocks WHERE {where}", args, binary=True
+            ).fetchall()
+        return {number: bytes(data) for number, data in found}
 
-    def put(self, model: str, items: dict[str, np.ndarray]) -> None:
-        if items:
-            packed = {k: np.asarray(v, dtype=np.float32).ravel().tobytes() for k, v in items.items()}
-            self.rows.put(EMBEDDING, model, packed)
+    def write(self, kind: str, name: str, blocks: Mapping[int, bytes | None], replace: bool = False) -> bool:
+        """In one transaction: a None value deletes its block, `replace` deletes every block not given."""
+        owner = (self.rows.tenant, self.rows.user, kind, name)
+        kept = [n for n, data in blocks.items() if data is not None]
+        with self.rows.connection() as conn:
+            if not self.rows.current(conn):
+                return False
+            where = "tenant = %s AND user_id = %s AND kind = %s AND name = %s"
+            if replace:
+                conn.execute(f"DELETE FROM blocks WHERE {where} AND block <> ALL(%s)", (*owner, kept))
+            elif gone := [n for n, data in blocks.items() if data is None]:
+                conn.execute(f"DELETE FROM blocks WHERE {where} AND block = ANY(%s)", (*owner, gone))
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO blocks (tenant, user_id, kind, name, block, data) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, kind, name, block) "
+                    "DO UPDATE SET data = EXCLUDED.data",
+                    [(*owner, n, blocks[n]) for n in kept],
+                )
+        return True
 
-    def close(self) -> None:
-        """Nothing to release: the rows' connections belong to the store's pool."""
+    def last(self, kind: str, name: str) -> tuple[int, int] | None:
+        """The highest block number of (kind, name) and that block's size in bytes; None when it has none.
+        (length() of a stored value reads its size from the TOAST pointer, not the value.)"""
+        with self.rows.connection() as conn:
+            row = conn.execute(
+                "SELECT block, length(data) FROM blocks "
+                "WHERE tenant = %s AND user_id = %s AND kind = %s AND name = %s ORDER BY block DESC LIMIT 1",
+                (self.rows.tenant, self.rows.user, kind, name),
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def names(self, kind: str) -> list[str]:
+        """Every name that holds blocks of `kind`, sorted."""
+        with self.rows.connection() as conn:
+            found = conn.execute(
+                "SELECT DISTINCT name FROM blocks WHERE tenant = %s AND user_id = %s AND kind = %s "
+                "ORDER BY name",
+                (self.rows.tenant, self.rows.user, kind),
+            ).fetchall()
+        return [name for (name,) in found]
 
 
 @dataclass(frozen=True)
-class RowsUserStorage(UserStorage):
+class RowsUserStorage(LocalUserStorage):
     """A user's storage on a server database: vectors in the database, `dir` a scratch folder of this
     replica's own."""
 
     rows: DerivedRows | None = None
 
-    def embedding_cache(self) -> RowsEmbeddingCache:
-        return RowsEmbeddingCache(self.rows)
+    def embedding_cache(self) -> vector_blocks.BlockEmbeddingCache:
+        """The user's vectors in their "vectors" blocks, after moving any the user still has as `derived`
+        rows (a database from before the blocks) into them."""
+        move_legacy_vectors(self.rows)
+        return vector_blocks.BlockEmbeddingCache(self.blocks())
+
+    def blocks(self) -> RowsBlocks:
+        return RowsBlocks(self.rows)
+
+
+def move_legacy_vectors(rows: DerivedRows, block_size: int = vector_blocks.BLOCK_SIZE) -> int | None:
+    """Moves the user's vectors stored one per `derived` row (kind 'embedding': a database from before the
+    blocks) into "vectors" blocks after each model's last block, and deletes those rows, in one
+    transaction that holds the user's generation row for update: no other write of the user's derived
+    data, and no forget, runs beside it, and a second replica moving the same user waits, then finds
+    nothing left. Nothing to move costs one indexed query. The rows are read one block's worth at a time
+    (a server-side cursor). Returns how many vectors moved; None when the user's generation moved on
+    (nothing moved; the rows stay for the next opening)."""
+    where = "tenant = %s AND user_id = %s AND kind = %s"
+    owner = (rows.tenant, rows.user, EMBEDDING)
+    moved = 0
+    with rows.connection() as conn:
+        if conn.execute(f"SELECT 1 FROM derived WHERE {where} LIMIT 1", owner).fetchone() is None:
+            return 0
+        if not rows.current(conn, alone=True):
+            return None
+        with conn.cursor(name="legacy_vectors", binary=True) as cur:
+            cur.itersize = block_size
+            cur.execute(f"SELECT model, key, value FROM derived WHERE {where} ORDER BY model, key", owner)
+            for model, group in itertools.groupby(cur, key=operator.itemgetter(0)):
+                moved += _append_legacy(
+                    conn, rows, model, ((key, value) for _, key, value in group), block_size
+                )
+        conn.execute(f"DELETE FROM derived WHERE {where}", owner)  # those read: no one wrote since
+    return moved
+
+
+def _append_legacy(
+    conn: Connection, rows: DerivedRows, model: str, items: Iterator[tuple[str, bytes]], block_size: int
+) -> int:
+    """Stores one model's legacy (key, float32 bytes) rows as blocks after its last one (of the width of
+    the blocks already there, else of its first row); how many vectors it stored. Rows of another width
+    are left out, to be embedded again."""
+    owner = (rows.tenant, rows.user, vector_blocks.KIND, model)
+    where = "tenant = %s AND user_id = %s AND kind = %s AND name = %s"
+    last = conn.execute(
+        f"SELECT block, data FROM blocks WHERE {where} ORDER BY block DESC LIMIT 1", owner, binary=True
+    ).fetchone()
+    number = -1 if last is None else last[0]
+    width = None if last is None else vector_blocks.decode(last[1])[1].shape[1]
+    stored = 0
+    while chunk := list(itertools.islice(items, block_size)):
+        if width is None:
+            width = next((len(v) // 4 for _, v in chunk if v and len(v) % 4 == 0), None)
+        for data in vector_blocks.legacy_blocks(chunk, block_size, width).values():
+            number += 1
+            stored += vector_blocks.decode(data)[1].shape[0]
+            conn.execute(
+                "INSERT INTO blocks (tenant, user_id, kind, name, block, data) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (*owner, number, data),
+            )
+    return stored
 
 
 class RowsLLMCache:
@@ -125,4 +237,55 @@ class RowsLLMCache:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
 
     def close(self) -> None:
-        """Nothing to release (see RowsEmbeddingCache.close)."""
+        """Nothing to release: the rows' connections belong to the store's pool."""
+
+
+def drop_derived(
+    conn: Connection, tenant: str, user: str, vectors: Mapping[str, Collection[str]] | None
+) -> None:
+    """In a deletion's transaction (the user's generation row locked): delete what was derived from the
+    deleted messages. `vectors`: their vector keys by model identity; the user's other vectors of those
+    models are kept (the `derived` rows of the other keys, the "vectors" blocks rewritten without the
+    deleted keys), and everything else derived goes. None: everything derived goes."""
+    owner = (tenant, user)
+    if vectors is None:
+        conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", owner)
+        conn.execute("DELETE FROM blocks WHERE tenant = %s AND user_id = %s", owner)
+        return
+    models = sorted(vectors)
+    conn.execute(
+        "DELETE FROM derived WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND model = ANY(%s))",
+        (*owner, EMBEDDING, models),
+    )
+    pairs = [(model, key) for model in models for key in vectors[model]]
+    conn.execute(
+        "DELETE FROM derived d USING unnest(%s::text[], %s::text[]) AS gone(model, key) "
+        "WHERE d.tenant = %s AND d.user_id = %s AND d.kind = %s AND d.model = gone.model "
+        "AND d.key = gone.key",
+        ([m for m, _ in pairs], [k for _, k in pairs], *owner, EMBEDDING),
+    )
+    conn.execute(
+        "DELETE FROM blocks WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND name = ANY(%s))",
+        (*owner, vector_blocks.KIND, models),
+    )
+    for model in models:
+        _drop_vectors(conn, owner, model, set(vectors[model]))
+
+
+def _drop_vectors(conn: Connection, owner: tuple[str, str], model: str, keys: set[str]) -> None:
+    """Rewrite the user's vector blocks of `model` without `keys`, one block in memory at a time."""
+    if not keys:
+        return
+    where = "tenant = %s AND user_id = %s AND kind = %s AND name = %s"
+    args = (*owner, vector_blocks.KIND, model)
+    numbers = [n for (n,) in conn.execute(f"SELECT block FROM blocks WHERE {where} ORDER BY block", args)]
+    for number in numbers:
+        (data,) = conn.execute(
+            f"SELECT data FROM blocks WHERE {where} AND block = %s", (*args, number), binary=True
+        ).fetchone()
+        data = bytes(data)
+        left = vector_blocks.without(data, keys)
+        if left is None:
+            conn.execute(f"DELETE FROM blocks WHERE {where} AND block = %s", (*args, number))
+        elif left is not data:
+            conn.execute(f"UPDATE blocks SET data = %s WHERE {where} AND block = %s", (left, *args, number))

@@ -51,9 +51,10 @@ from mcp_types import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lazymem.agent.entry import load
 from lazymem.agent.errors import AgentError, BadInput
-from lazymem.agent.memory import Memory, compose
-from lazymem.agent.settings import ConfigError, Settings
+from lazymem.agent.memory import Memory
+from lazymem.agent.settings import ConfigError
 
 logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -323,11 +324,11 @@ def _guard_stdin() -> None:
 
 
 def main(overrides: Sequence[str]) -> int:
-    """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe. A bad setting
-    stops the start-up with one line on stderr naming the key."""
+    """`lazymem mcp [overrides]`: serve the tools over stdio until the client closes the pipe. The config
+    is checked as every task's is (lazymem/agent/entry.py): a bad setting or a missing model stops the
+    start-up with one line on stderr naming the key."""
     try:
-        cfg = compose(overrides)
-        settings = Settings.from_cfg(cfg)
+        cfg, settings = load(overrides)
     except ConfigError as e:
         raise SystemExit(f"lazymem mcp: {e}") from None
     memory = Memory.from_cfg(cfg, settings)

@@ -24,75 +24,31 @@ form per Memory object (the sync form runs the async one on a private event loop
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import hashlib
-import shutil
-import threading
 import time
-import uuid
-import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lazymem.agent.errors import BadInput, UnknownUser
-from lazymem.agent.inputs import (
-    EXPORT_ONLY_FIELDS,
-    IMPORT_FIELDS,
-    Limits,
-    check_key,
-    check_message_ids,
-    check_text,
-    request_digest,
-)
+from lazymem.agent.errors import BadInput
+from lazymem.agent.forgetting import Forgetting
+from lazymem.agent.indexing import Indexing
+from lazymem.agent.inputs import Limits, check_key, check_message_ids, check_text, request_digest
+from lazymem.agent.moving import Imported, ImportStopped, Moving
+from lazymem.agent.open_users import OpenUsers
+from lazymem.agent.querying import Querying
 from lazymem.agent.recall import Recall
-from lazymem.agent.settings import ConfigError, Settings
-from lazymem.agent.store import (
-    Derived,
-    Idempotency,
-    Readiness,
-    Snapshot,
-    Store,
-    StoredMessage,
-    VectorKeys,
-    open_store,
-)
-from lazymem.agent.user_state import UserState, as_message
-from lazymem.agent.vectors import Carried, for_export, for_import
-from lazymem.data.schema import History, Question
+from lazymem.agent.runtime import Runtime, utc_now
+from lazymem.agent.settings import Settings
+from lazymem.agent.store import Derived, Idempotency, Readiness, Store, open_store
+from lazymem.agent.user_retrieval import UserRetrieval
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
-from lazymem.methods.base import Context, Method
-from lazymem.retrieval.base import UserStorage
+from lazymem.methods.base import Method
 from lazymem.retrieval.hybrid import HybridRetriever
 
+__all__ = ["DEFAULT_TENANT", "BadInput", "Imported", "ImportStopped", "Memory"]
+
 DEFAULT_TENANT = "default"
-STORE_THREADS = 64  # store calls at once: those over the store's own pool wait in its queue, bounded
 _REQUIRED: Any = object()  # forget's message_ids when the caller gave none
-
-
-@dataclass(frozen=True)
-class Imported:
-    """What an import did: messages written, and messages skipped as already stored (an earlier import of
-    the same source)."""
-
-    stored: int = 0
-    skipped: int = 0
-
-    def __add__(self, other: Imported) -> Imported:
-        return Imported(self.stored + other.stored, self.skipped + other.skipped)
-
-
-class ImportStopped(BadInput):
-    """A bad message stopped an import; `imported` says what the import had done before it (kept)."""
-
-    def __init__(self, reason: str, imported: Imported):
-        super().__init__(f"{reason} ({_stored_before(imported)})")
-        self.reason, self.imported = reason, imported
 
 
 class Memory:
@@ -102,6 +58,10 @@ class Memory:
     them. `dir` holds the per-user derived data (`users/`) and the model servers' logs (`servers/`).
     `tenant` keeps the users of different API keys apart (the service passes it; scripts keep the default).
     """
+
+    # A facade over small parts, each with one job: the threads and loop (runtime.py), the open users and
+    # their locks (open_users.py), queries (querying.py), indexing claims (indexing.py), imports and
+    # exports (moving.py), deletions (forgetting.py). The checks of every call's arguments stay here.
 
     def __init__(
         self,
@@ -121,37 +81,29 @@ class Memory:
         if method.roles and llm is None:
             raise ValueError(f"method {method.name!r} calls the LLM roles {list(method.roles)}: pass `llm`")
         self.store, self.method, self.retriever = store, method, retriever
-        self.llm = dict(llm or {})
-        self.dir = Path(dir)
-        self.limits = limits or Limits()
-        self.max_open_users, self.max_open_messages = max_open_users, max_open_messages
+        # the shared retrieval composed per user; checks each entry for the per-user port
+        self.user_retrieval = None if retriever is None else UserRetrieval(retriever)
+        self.llm, self.dir, self.limits = dict(llm or {}), Path(dir), limits or Limits()
         # one set of model servers for every user, made here: users indexed in parallel must not race to it
         self._registry = (
             ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
         )
-        self._users: OrderedDict[tuple[str, str], UserState] = OrderedDict()
-        # the generation of every user this process keeps derived data for (open or not): what `arefresh`
-        # checks against the store
-        self._held: dict[tuple[str, str], int] = {}
-        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
-            weakref.WeakValueDictionary()
+        self._runtime = rt = Runtime()
+        self.open_users = users = OpenUsers(
+            store, rt, self.dir, self.user_retrieval, self._user_llms, max_open_users, max_open_messages
         )
-        # Embedding runs in this one thread: it is CPU-bound, and the embedding caches' SQLite connections
-        # must stay in the thread that opened them.
-        self._indexer = ThreadPoolExecutor(1, thread_name_prefix="lazymem-index")
-        # Store calls run in threads of their own: one waiting for the database (up to agent.store.wait_s)
-        # must not hold up the calls behind it, as it would in asyncio's default executor (cores + 4)
-        self._store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="lazymem-store")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_lock = threading.Lock()
-        if store.derived_in_store:
-            # the user folders are scratch: what a previous run left there may predate a forget
-            shutil.rmtree(self.dir / "users", ignore_errors=True)
+        self._querying = Querying(method, rt, users)
+        self._indexing = Indexing(store, rt, users, retriever is not None)
+        self._moving = Moving(store, rt, users, self.limits, self.user_retrieval)
+        self._forgetting = Forgetting(store, rt, users, self.user_retrieval)
 
     @classmethod
     def from_config(cls, overrides: Sequence[str] = ()) -> Memory:
-        """From the experiments' configs plus conf/agent/default.yaml, with Hydra overrides."""
-        return cls.from_cfg(compose(overrides))
+        """From the experiments' configs plus conf/agent/default.yaml, with Hydra overrides, checked as a
+        task's config is (lazymem/agent/entry.py): a bad value or a missing model is a ConfigError."""
+        from lazymem.agent.entry import load
+
+        return cls.from_cfg(*load(overrides))
 
     @classmethod
     def from_cfg(cls, cfg, settings: Settings | None = None) -> Memory:
@@ -164,11 +116,12 @@ class Memory:
         agent = (settings or Settings.from_cfg(cfg)).agent
         method = instantiate(cfg.method)
         retriever = instantiate(cfg.retrieval) if method.needs_retrieval else None
+        llm = OmegaConf.to_container(cfg.llm, resolve=True)
         return cls(
-            open_store(dataclasses.asdict(agent.store), agent.dir),
+            open_store(cfg.agent.store),
             method,
             retriever,
-            OmegaConf.to_container(cfg.llm, resolve=True),
+            llm,
             agent.dir,
             agent.limits,
             agent.max_open_users,
@@ -192,9 +145,9 @@ class Memory:
         IdempotencyConflict."""
         self.limits.check_ids(tenant, user_id)
         key = check_key("idempotency_key", idempotency_key, self.limits.max_id_chars)
-        batch = self.limits.check_messages(messages, _now())
+        batch = self.limits.check_messages(messages, utc_now())
         idempotency = None if key is None else Idempotency(key, request_digest(messages))
-        added = await self._on_store(self.store.add, tenant, user_id, batch, idempotency)
+        added = await self._runtime.on_store(self.store.add, tenant, user_id, batch, idempotency)
         return added.ids
 
     async def aimport(
@@ -216,48 +169,7 @@ class Memory:
         an error (default "message n+1"). A bad message raises ImportStopped, which says what was stored
         before it: the batches before it are kept, its own batch is not."""
         self.limits.check_ids(tenant, user_id)
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-            raise BadInput(f"messages must be an iterable of messages, got {type(messages).__name__}")
-        size = max(1, min(batch_size or self.limits.max_messages_per_add, self.limits.max_messages_per_add))
-        where = where or (lambda n: f"message {n + 1}")
-        done, chunk = Imported(), []
-        for message in messages:
-            chunk.append(message)
-            if len(chunk) == size:
-                done = await self._import_batch(tenant, user_id, chunk, done, progress, where)
-                chunk = []
-        if chunk:
-            done = await self._import_batch(tenant, user_id, chunk, done, progress, where)
-        return done
-
-    async def _import_batch(self, tenant, user_id, chunk, done: Imported, progress, where) -> Imported:
-        first = done.stored + done.skipped
-        try:
-            batch = self.limits.check_messages(
-                chunk, _now(), first, IMPORT_FIELDS, where, ignored=EXPORT_ONLY_FIELDS
-            )
-            kept = {}  # the carried vectors this store would have made: {model: {key: vector}}
-            if self.retriever is not None and any(m.get("vectors") is not None for m in chunk):
-                kept = await asyncio.get_running_loop().run_in_executor(
-                    self._indexer,
-                    for_import,
-                    self.retriever,
-                    [as_message(0, m) for m in batch],
-                    [m.get("vectors") for m in chunk],
-                    lambda i: where(first + i),
-                )
-        except BadInput as e:
-            raise ImportStopped(str(e), done) from None
-        if not kept:
-            added = await self._on_store(self.store.add, tenant, user_id, batch)
-        else:  # under the user's lock: this process's indexer reads the batch only with its vectors
-            async with self._user_lock(tenant, user_id):
-                added = await self._on_store(self.store.add, tenant, user_id, batch)
-                await self._store_vectors(tenant, user_id, kept)
-        done += Imported(added.stored, added.skipped)
-        if progress is not None:
-            progress(done.stored + done.skipped)
-        return done
+        return await self._moving.import_(tenant, user_id, messages, batch_size, progress, where)
 
     async def aquery(
         self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT
@@ -267,23 +179,7 @@ class Memory:
         check_text("question", question, self.limits.max_question_chars)
         if now is not None:
             check_text("now", now, self.limits.max_id_chars)
-        start = time.perf_counter()
-        async with self._user_lock(tenant, user_id):
-            state = await self._read(tenant, user_id)
-            stored, history = state.stored[:], History("user", state.history[:])
-            index_s = 0.0
-            if state.retriever is not None:
-                t0 = time.perf_counter()
-                await asyncio.get_running_loop().run_in_executor(
-                    self._indexer, state.retriever.index, history
-                )
-                index_s = time.perf_counter() - t0
-                state.warmed = len(stored)
-                self._evict()
-            asked = Question(uuid.uuid4().hex, "agent", question, "", history.id, date=now or _now())
-            block = await self.method.build(asked, history, Context(state.retriever, state.llms))
-        timings = {"index": index_s, **block.timings, "total": time.perf_counter() - start}
-        return Recall.of(block, stored, history, timings)
+        return await self._querying.query(tenant, user_id, question, now)
 
     async def aforget(
         self, user_id: str, message_ids: Iterable[int] = _REQUIRED, *, tenant: str = DEFAULT_TENANT
@@ -293,30 +189,17 @@ class Memory:
         Deleting every message of a user is `aforget_all`, never a missing argument."""
         self.limits.check_ids(tenant, user_id)
         ids = check_message_ids(None if message_ids is _REQUIRED else message_ids)
-        return await self._forget(tenant, user_id, ids)
+        return await self._forgetting.forget(tenant, user_id, ids)
 
     async def aforget_all(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
         """Delete every message of the user, everything derived from them and the user's idempotency keys;
         how many messages were deleted."""
         self.limits.check_ids(tenant, user_id)
-        return await self._forget(tenant, user_id, None)
-
-    async def _forget(self, tenant: str, user_id: str, ids: list[int] | None) -> int:
-        async with self._user_lock(tenant, user_id):
-            known = await self._on_store(self.store.generations, [(tenant, user_id)])
-            if not known:  # one row looked up, not the user's whole history read
-                raise UnknownUser(user_id)
-            if ids == []:
-                return 0
-            dropped: dict[str, Mapping | None] = {}
-            keys = None if ids is None else self._vector_keys(dropped)
-            deleted = await self._on_store(self.store.forget, tenant, user_id, ids, keys)
-            await self._drop_derived(tenant, user_id, dropped.get(user_id))
-        return deleted
+        return await self._forgetting.forget(tenant, user_id, None)
 
     async def aready(self) -> Readiness:
         """Whether the store answers now, with the indexing backlog (StoreUnavailable when it does not)."""
-        return await self._on_store(self.store.ready)
+        return await self._runtime.on_store(self.store.ready)
 
     async def aexport(
         self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False
@@ -327,32 +210,14 @@ class Memory:
         pages = self.aexport_pages(user_id, tenant=tenant, vectors=vectors, page=None)
         return [message async for part in pages for message in part]
 
-    async def aexport_pages(
+    def aexport_pages(
         self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False, page: int | None = 1000
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """`aexport`, `page` messages at a time, each page read from the store when it is wanted, so an
         export of any size holds one page in memory (`lazymem export` and the service's NDJSON export
         stream it). A message deleted while an export runs may be in a page read before the deletion, and
         one added may be in a later page. UnknownUser before the first page."""
-        self.limits.check_ids(tenant, user_id)
-        after = 0
-        while True:
-            snapshot = await self._on_store(self.store.snapshot, tenant, user_id, after, page)
-            if not snapshot.messages:
-                if not after:
-                    raise UnknownUser(user_id)
-                return
-            out = [m.to_dict() for m in snapshot.messages]
-            if vectors and self.retriever is not None:
-                async with self._user_lock(tenant, user_id):  # a forget does not delete them while read
-                    found = await self._read_vectors(tenant, user_id, snapshot)
-                for message, carried in zip(out, found, strict=True):
-                    if carried is not None:
-                        message["vectors"] = carried
-            yield out
-            if page is None or len(out) < page:
-                return
-            after = snapshot.messages[-1].id
+        return self._moving.pages(tenant, user_id, vectors, page)
 
     async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
@@ -361,13 +226,7 @@ class Memory:
             raise BadInput("older_than_days must be a number")
         if not older_than_days >= 0:  # also refuses NaN
             raise BadInput("older_than_days must be >= 0")
-        dropped: dict[str, Mapping | None] = {}
-        before = time.time() - older_than_days * 86400
-        counts = await self._on_store(self.store.purge, tenant, before, self._vector_keys(dropped))
-        for user_id in counts or ():
-            async with self._user_lock(tenant, user_id):  # after any query still using the old messages
-                await self._drop_derived(tenant, user_id, dropped.get(user_id))
-        return counts
+        return await self._forgetting.purge(tenant, time.time() - older_than_days * 86400)
 
     async def aindex_pending(self, lease_s: float = 600.0, chunk: int = 256) -> int:
         """Embed what was added since each user's last indexing, user after user, until none is pending;
@@ -375,54 +234,16 @@ class Memory:
         once `lease_s` runs out), and embedded `chunk` messages at a time, so a query of the same user can
         run in between: it embeds whatever is still missing itself. The service runs this in the
         background (serve.index_every_s); a script may call it after a bulk add."""
-        users = 0
-        while (claim := await self._on_store(self.store.claim_pending, lease_s)) is not None:
-            if await self._index_claim(claim, chunk):
-                await self._on_store(self.store.finish, claim)
-            users += 1
-        return users
-
-    async def _index_claim(self, claim, chunk: int) -> bool:
-        """Warm the claimed user's retriever; False when it stopped early (its state was closed by a
-        forget, a purge or the LRU bound: a query, or the claim's next holder, does the rest)."""
-        if self.retriever is None:
-            return True
-        key = (claim.tenant, claim.user)
-        async with self._user_lock(*key):
-            try:
-                state = await self._read(*key)
-            except UnknownUser:  # forgotten since the add
-                return True
-            first, messages = state.warmed, state.history[:]
-
-        def warm(part) -> bool:
-            if self._users.get(key) is not state:  # closed since: write nothing more for it
-                return False
-            state.retriever.warm(part)
-            return True
-
-        loop = asyncio.get_running_loop()
-        for start in range(first, len(messages), chunk):
-            if not await loop.run_in_executor(self._indexer, warm, messages[start : start + chunk]):
-                return False
-            state.warmed = max(state.warmed, min(start + chunk, len(messages)))
-        return True
+        return await self._indexing.pending(lease_s, chunk)
 
     async def amaintain(self) -> None:
         """Make past deletions final in the store's files (on PostgreSQL: VACUUM FULL and a checkpoint)."""
-        await self._on_store(self.store.maintain)
+        await self._runtime.on_store(self.store.maintain)
 
     async def arefresh(self) -> int:
         """Drop what this process derived for users whose messages another process (a replica) deleted
         since; how many users that was. Queries check this themselves; this frees the rest at once."""
-        held = dict(self._held)
-        current = await self._on_store(self.store.generations, list(held))
-        stale = [key for key, generation in held.items() if current.get(key) != generation]
-        for tenant, user_id in stale:
-            async with self._user_lock(tenant, user_id):
-                if self._held.get((tenant, user_id)) == held[(tenant, user_id)]:
-                    await self._drop_derived(tenant, user_id)
-        return len(stale)
+        return await self.open_users.refresh()
 
     # ---- sync API
 
@@ -437,8 +258,8 @@ class Memory:
         return self._run(self.aadd(user_id, messages, tenant=tenant, idempotency_key=idempotency_key))
 
     def import_(
-        self, user_id: str, messages: Iterable[Mapping[str, Any]], *, tenant: str = DEFAULT_TENANT, **kw
-    ):
+        self, user_id: str, messages: Iterable[Mapping], *, tenant: str = DEFAULT_TENANT, **kw
+    ) -> Imported:
         return self._run(self.aimport(user_id, messages, tenant=tenant, **kw))
 
     def query(self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT):
@@ -457,16 +278,7 @@ class Memory:
         return self._run(self.aexport(user_id, tenant=tenant, vectors=vectors))
 
     def export_pages(self, user_id: str, *, tenant: str = DEFAULT_TENANT, **kw) -> Iterator[list[dict]]:
-        pages = self.aexport_pages(user_id, tenant=tenant, **kw)
-
-        async def next_page() -> list[dict] | None:
-            return await anext(pages, None)
-
-        try:
-            while (part := self._run(next_page())) is not None:
-                yield part
-        finally:
-            self._run(pages.aclose())
+        return self._runtime.iterate(self.aexport_pages(user_id, tenant=tenant, **kw))
 
     def purge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT):
         return self._run(self.apurge(older_than_days, tenant=tenant))
@@ -479,16 +291,11 @@ class Memory:
 
     def close(self) -> None:
         """Close every user's caches, stop the model servers this Memory started, close the store."""
-        states, self._users = list(self._users.values()), OrderedDict()
-        for state in states:
-            self._indexer.submit(state.close).result()
-        self._indexer.shutdown()
-        self._store_threads.shutdown()
+        self.open_users.close()
+        self._runtime.close()
         if self._registry is not None:
             self._registry.close()
         self.store.close()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
 
     def __enter__(self) -> Memory:
         return self
@@ -496,189 +303,13 @@ class Memory:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # ---- internals
-
     def _run(self, coro):
-        with self._loop_lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="lazymem-memory", daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        """The sync form: `coro` run on this Memory's private event loop thread."""
+        return self._runtime.run(coro)
 
-    async def _on_store(self, call: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._store_threads, call, *args)
-
-    def _user_lock(self, tenant: str, user_id: str) -> asyncio.Lock:
-        """One query or forget at a time per user, so a forget never races a query that would write
-        derived data of the forgotten messages after it."""
-        key = (tenant, user_id)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
-
-    def _user_dir(self, tenant: str, user_id: str) -> Path:
-        """A folder named by a hash: ids never become paths or file names."""
-        digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
-        return self.dir / "users" / digest
-
-    async def _read(self, tenant: str, user_id: str) -> UserState:
-        """The user's open state with their messages read up to now (under the user's lock). An open state
-        reads only what was added since its last read; a new one, or one whose generation is gone (a
-        deletion since), reads them all."""
-        old = self._users.get((tenant, user_id))
-        after = old.last_id if old is not None else 0
-        snapshot = await self._on_store(self.store.snapshot, tenant, user_id, after)
-        if snapshot.generation is None:
-            raise UnknownUser(user_id)
-        state = await self._state(tenant, user_id, snapshot.generation)
-        if state is not old and after:  # the open state went while only the new messages were read
-            snapshot = await self._on_store(self.store.snapshot, tenant, user_id)
-            if snapshot.generation is None:
-                raise UnknownUser(user_id)
-            state = await self._state(tenant, user_id, snapshot.generation)
-        state.extend(snapshot.messages)
-        return state
-
-    async def _state(self, tenant: str, user_id: str, generation: int) -> UserState:
-        """The user's open state at `generation`; one built at another generation (some of the user's
-        messages were deleted since, maybe by another process) is dropped with its derived data first."""
-        key = (tenant, user_id)
-        if key in self._held and self._held[key] != generation:
-            await self._drop_derived(tenant, user_id)
-        state = self._users.get(key)
-        if state is None:
-            derived = self.store.derived(tenant, user_id, self._user_dir(tenant, user_id), generation)
-            state = self._users[key] = UserState(
-                generation, self._user_retriever(derived), self._user_llms(derived)
-            )
-            self._held[key] = generation
-        self._users.move_to_end(key)
-        self._evict()
-        return state
-
-    def _evict(self) -> None:
-        """Close the least recently used users' states (reopened lazily if they come back) while more than
-        `max_open_users` are open or their indexes hold more than `max_open_messages` messages; the most
-        recent one stays open whatever its size."""
-        total = sum(state.messages for state in self._users.values())
-        while len(self._users) > 1 and (
-            len(self._users) > self.max_open_users or total > self.max_open_messages
-        ):
-            _, old = self._users.popitem(last=False)
-            total -= old.messages
-            self._indexer.submit(old.close)
-
-    def _user_retriever(self, derived: Derived) -> HybridRetriever | None:
-        """The shared retriever's per-user form: shared models, the user's own derived data."""
-        return None if self.retriever is None else self.retriever.for_user(derived.storage)
-
-    def _user_llms(self, derived: Derived):
+    def _user_llms(self, derived: Derived) -> LLMSet | None:
+        """A user's LLM roles, with the user's own response cache (None: the method calls none)."""
         if not self.method.roles:
             return None
         cfg = {**self.llm, "cache_path": str(derived.storage.dir / "llm.sqlite")}
         return LLMSet(cfg, self.dir / "servers", self._registry, cache=derived.llm_cache())
-
-    def _vector_keys(self, into: dict[str, Mapping | None]) -> VectorKeys | None:
-        """For a deletion: the vector keys of each user's deleted messages (what the store drops from its
-        derived rows), also kept in `into` by user (what a local user folder drops)."""
-        if self.retriever is None:
-            return None
-
-        def keys(user_id: str, deleted: Sequence[StoredMessage]) -> Mapping | None:
-            messages = [as_message(i, m) for i, m in enumerate(deleted)]
-            into[user_id] = self.retriever.vector_keys(messages)
-            return into[user_id]
-
-        return keys
-
-    async def _read_vectors(self, tenant: str, user_id: str, snapshot: Snapshot) -> list[Carried | None]:
-        """Each of the snapshot's messages' vectors in the user's embedding cache (under the user's lock)."""
-        dir = self._user_dir(tenant, user_id)
-        if not self.store.derived_in_store and not dir.exists():  # a local folder not made yet: no vectors
-            return [None] * len(snapshot.messages)
-        derived = self.store.derived(tenant, user_id, dir, snapshot.generation)
-        messages = [as_message(i, m) for i, m in enumerate(snapshot.messages)]
-        return await self._on_embedding_cache(
-            derived, lambda cache: for_export(self.retriever, cache, messages)
-        )
-
-    async def _store_vectors(self, tenant: str, user_id: str, vectors: Mapping[str, dict]) -> None:
-        """Put imported vectors ({model: {key: vector}}) into the user's embedding cache (under the user's
-        lock), at the user's current generation: on a server database the rows refuse a write under an
-        older one."""
-        known = await self._on_store(self.store.generations, [(tenant, user_id)])
-        if (tenant, user_id) not in known:  # forgotten since the add (by another process)
-            return
-        derived = self.store.derived(
-            tenant, user_id, self._user_dir(tenant, user_id), known[(tenant, user_id)]
-        )
-
-        def put(cache) -> None:
-            for model, items in vectors.items():
-                cache.put(model, items)
-
-        await self._on_embedding_cache(derived, put)
-
-    async def _on_embedding_cache(self, derived: Derived, work: Callable[[Any], Any]) -> Any:
-        """`work(cache)` on the user's embedding cache, opened and closed in the indexer thread (where the
-        caches' SQLite connections live)."""
-
-        def run() -> Any:
-            cache = derived.storage.embedding_cache()
-            try:
-                return work(cache)
-            finally:
-                cache.close()
-
-        return await asyncio.get_running_loop().run_in_executor(self._indexer, run)
-
-    async def _drop_derived(self, tenant: str, user_id: str, keep_vectors_but: Mapping | None = None) -> None:
-        """Close the user's state and delete its derived data here: all of it, or (`keep_vectors_but`:
-        the deleted messages' vector keys, on a store whose user folders are the derived data) all but the
-        vectors of the user's remaining messages."""
-        state = self._users.pop((tenant, user_id), None)
-        self._held.pop((tenant, user_id), None)
-        loop = asyncio.get_running_loop()
-        if state is not None:
-            await loop.run_in_executor(self._indexer, state.close)
-        dir = self._user_dir(tenant, user_id)
-        trim = keep_vectors_but is not None and not self.store.derived_in_store and dir.exists()
-        if trim and await self._on_store(self.store.generations, [(tenant, user_id)]):  # messages left
-            await loop.run_in_executor(self._indexer, UserStorage(dir).keep_vectors, keep_vectors_but)
-        else:
-            await asyncio.to_thread(shutil.rmtree, dir, True)
-
-
-def compose(overrides: Sequence[str] = ()):
-    """The root config plus conf/agent/default.yaml (or the `+agent=NAME` among `overrides`), composed
-    outside any Hydra app. A bad override is a ConfigError of one line (Hydra's spans several, and a
-    missing config's lists the search path)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lazymem.conf import CONF_DIR
-
-    overrides = list(overrides)
-    if not any(o.lstrip("+~").startswith("agent=") for o in overrides):
-        overrides.insert(0, "+agent=default")
-    try:
-        with initialize_config_dir(str(CONF_DIR), version_base=None):
-            return hydra_compose("config", overrides=overrides)
-    except MissingConfigException as e:
-        options = f"; choose one of {', '.join(e.options)}" if e.options else ""
-        raise ConfigError(f"no config {e.missing_cfg_file!r}{options}") from None
-    except (HydraException, OmegaConfBaseException) as e:
-        reason = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        raise ConfigError(reason) from None
-
-
-def _stored_before(done: Imported) -> str:
-    skipped = f", {done.skipped} skipped as already stored" if done.skipped else ""
-    return f"{done.stored} messages of this import stored before it{skipped}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -1,11 +1,14 @@
 """The server store: one PostgreSQL database shared by several `lazymem serve` replicas (psycopg 3, pooled).
 
-    agent.store.kind=postgres agent.store.dsn=postgresql://USER@HOST:PORT/DB
+    agent/store=postgres agent.store.dsn=postgresql://USER@HOST:PORT/DB
 
 Everything a replica derives from a user's messages that outlives a query lives in this database too
-(table `derived`: embedding vectors and memory-model replies), so every replica shares it and a forget
-deletes it in the same transaction as the messages. What stays in a replica's memory (its indexes) is
-tagged with the user's generation and rebuilt when another replica changed it.
+(tables `derived`: memory-model replies, and `blocks`: vector blocks, BM25 state;
+lazymem/agent/derived_rows.py), so every replica shares it and a forget deletes it in the same
+transaction as the messages. A database from before the blocks kept each vector as a `derived` row: they
+move into blocks when the user's vectors are first opened (`derived_rows.move_legacy_vectors`).
+What stays in a replica's memory (its indexes) is tagged with the user's generation and rebuilt when
+another replica changed it.
 
 Concurrency: a forget locks the user's `generations` row first; a write of derived data takes a share lock
 on it and is dropped if the generation moved, so nothing derived from forgotten text is written after the
@@ -18,31 +21,32 @@ serve.maintain_every_s) rewrites the tables with VACUUM FULL and takes a checkpo
 backups keep the text until they are recycled or expire: docs/agent-scale.md says how an operator shortens
 that.
 
-Faults: a call that gets no pooled connection within `wait_s`, whose connection breaks, or whose statement
-runs past `wait_s` (the statement timeout) raises StoreUnavailable; a pooled connection is checked before
-each use, so one the server dropped while it sat idle is replaced rather than failing a call. After an
-outage the pool reconnects by itself (see `_RECONNECT_S`). A deletion's own work (forget, purge) is not cut
-by the statement timeout, as its size is the user's or the tenant's: only its waits for locks are
-(lock_timeout); maintenance and migrations have no timeout.
+Faults (lazymem/agent/postgres_pool.py): a call the database cannot serve in `wait_s` raises
+StoreUnavailable. A deletion's own work (forget, purge) is not cut by the statement timeout, as its size
+is the user's or the tenant's: only its waits for locks are (lock_timeout); maintenance and migrations
+have no timeout. The schema and its migrations are lazymem/agent/schema.py's.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-import psycopg
 from psycopg import Connection
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from lazymem.agent.derived_rows import EMBEDDING, DerivedRows, RowsLLMCache, RowsUserStorage
-from lazymem.agent.errors import IdempotencyConflict, StoreUnavailable, UnknownMessages
-from lazymem.agent.store import (
+from lazymem.agent.derived_rows import DerivedRows, RowsLLMCache, RowsUserStorage, drop_derived
+from lazymem.agent.errors import IdempotencyConflict
+from lazymem.agent.postgres_pool import Pool
+from lazymem.agent.schema import (
+    INSERT_COLUMNS,
     MESSAGE_COLUMNS,
+    POSTGRES,
+    VERSION,
+    check_known,
+    recorded,
+    steps_after,
+)
+from lazymem.agent.store import (
     Added,
     Claim,
     Derived,
@@ -56,127 +60,30 @@ from lazymem.agent.store import (
 )
 
 # The database's clock as unix time, as every stored time is
-_NOW = "extract(epoch FROM clock_timestamp())"
-
-# Schema versions, each a list of statements; a database is brought from its version to the last one.
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE messages (
-            tenant     TEXT NOT NULL,
-            user_id    TEXT NOT NULL,
-            id         BIGINT NOT NULL,
-            session_id TEXT NOT NULL,
-            time       TEXT NOT NULL,
-            role       TEXT NOT NULL,
-            text       TEXT NOT NULL,
-            added      DOUBLE PRECISION NOT NULL,
-            source     TEXT,
-            PRIMARY KEY (tenant, id)
-        )""",
-        "CREATE INDEX messages_by_user ON messages (tenant, user_id, id)",
-        "CREATE UNIQUE INDEX messages_by_source ON messages (tenant, user_id, source) "
-        "WHERE source IS NOT NULL",
-        "CREATE TABLE tenant_ids (tenant TEXT PRIMARY KEY, last_id BIGINT NOT NULL)",
-        "CREATE SEQUENCE generation_seq",
-        "CREATE TABLE generations (tenant TEXT, user_id TEXT, generation BIGINT NOT NULL, "
-        "PRIMARY KEY (tenant, user_id))",
-        """CREATE TABLE derived (
-            tenant  TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            kind    TEXT NOT NULL,
-            model   TEXT NOT NULL,
-            key     TEXT NOT NULL,
-            value   BYTEA NOT NULL,
-            created DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (tenant, user_id, kind, model, key)
-        )""",
-        "CREATE SEQUENCE pending_seq",
-        "CREATE TABLE pending (tenant TEXT, user_id TEXT, mark BIGINT NOT NULL, "
-        "claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
-        "CREATE TABLE maintenance (pending BOOLEAN NOT NULL)",
-        "INSERT INTO maintenance VALUES (false)",
-    ],
-    [
-        """CREATE TABLE idempotency (
-            tenant  TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            key     TEXT NOT NULL,
-            digest  TEXT NOT NULL,
-            ids     BIGINT[] NOT NULL,
-            created DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (tenant, user_id, key)
-        )""",
-        "CREATE INDEX idempotency_by_age ON idempotency (created)",
-        # since: the time the user became pending (a user already pending: the upgrade's time)
-        f"ALTER TABLE pending ADD COLUMN since DOUBLE PRECISION NOT NULL DEFAULT {_NOW}",
-        "ALTER TABLE pending ADD COLUMN claimed_at DOUBLE PRECISION",
-    ],
-]
-VERSION = len(MIGRATIONS)
+_NOW = POSTGRES.now
 # Advisory lock keys (any constants unique within the database).
 _MIGRATE_LOCK, _PURGE_LOCK, _MAINTAIN_LOCK = 72_001, 72_002, 72_003
 # The tables a maintenance step rewrites: every one that holds message text or what is derived from it.
-_TEXT_TABLES = ("messages", "derived", "generations", "pending")
-# The pool retries a lost connection after 1, 2, 4 ... s until this many seconds, then gives up and connects
-# anew when a call next needs one: so once the server is back after an outage, the next try comes within
-# 4 s (its longest delay). psycopg_pool's default (300 s) let the delay grow to minutes: after outages of
-# 40 and 90 s the first add came 15 to 31 s after the restart, and 0 to 3 s with this bound.
-_RECONNECT_S = 10.0
-# SQLSTATE classes that mean the database cannot serve now, not that a call is wrong: connection
-# exceptions, insufficient resources (too many connections, disk full), operator intervention (shutdown,
-# statement timeout) and system errors (I/O)
-_UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
+_TEXT_TABLES = ("messages", "derived", "blocks", "generations", "pending")
 
 
 class PostgresStore:
     """`Store` in a PostgreSQL database; safe from any thread, and from any number of processes."""
 
-    derived_in_store = True  # derived data: rows of `derived`; the user folders are scratch
+    derived_in_store = True  # derived data: rows of `derived` and `blocks`; the user folders are scratch
 
     def __init__(self, dsn: str, pool_size: int = 8, wait_s: float = 3.0, idempotency_ttl_s: float = 86400.0):
         """Fails with StoreUnavailable when the database cannot be reached within `wait_s`."""
         self.wait_s, self.idempotency_ttl_s = wait_s, idempotency_ttl_s
-        params = conninfo_to_dict(dsn)
-        self._where = "PostgreSQL at {}:{}/{}".format(
-            params.get("host", "localhost"), params.get("port", 5432), params.get("dbname", "")
-        )
-        self._password = params.get("password")
-        self._connect_error: str | None = None  # why the pool's last connect failed (None: it did not)
-        options = f"{params.get('options', '')} -c statement_timeout={round(wait_s * 1000)}".strip()
-        self.pool = ConnectionPool(
-            dsn,
-            connection_class=_noting_connects(self._note_connect),
-            kwargs={"options": options, "connect_timeout": max(2, math.ceil(wait_s))},
-            min_size=1,
-            max_size=pool_size,
-            timeout=wait_s,
-            check=self._check,
-            reconnect_timeout=_RECONNECT_S,
-            open=True,
-            name="lazymem-store",
-        )
+        self.pool = Pool(dsn, pool_size, wait_s)
+        # a pooled connection in a transaction (StoreUnavailable when the database does not serve in time)
+        self.connection = self.pool.connection
         try:
             with self.connection() as conn:
                 migrate(conn)
         except BaseException:
             self.pool.close()
             raise
-
-    @contextmanager
-    def connection(self, wait_s: float | None = None) -> Iterator[Connection]:
-        """A pooled connection in a transaction, committed at the end (rolled back on an error). No
-        connection within `wait_s` (by default the store's), or one that fails, is StoreUnavailable."""
-        wait_s = self.wait_s if wait_s is None else wait_s
-        try:
-            with self.pool.connection(timeout=wait_s) as conn:
-                yield conn
-        except PoolTimeout as e:
-            why = self._connect_error or f"all {self.pool.max_size} connections busy"
-            raise StoreUnavailable(self._reason(f"no connection within {wait_s:g}s ({why})")) from e
-        except psycopg.OperationalError as e:
-            if not _unavailable(e):
-                raise
-            raise StoreUnavailable(self._reason(_first_line(e))) from e
 
     def add(
         self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
@@ -218,8 +125,8 @@ class PostgresStore:
             if rows:
                 with conn.cursor() as cur:
                     cur.executemany(
-                        "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, "
-                        f"source) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW}, %s)",
+                        f"INSERT INTO messages ({INSERT_COLUMNS}) "
+                        f"VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW}, %s)",
                         rows,
                     )
                 conn.execute(
@@ -315,16 +222,11 @@ class PostgresStore:
                 _drop_derived(conn, tenant, user, None)
                 return deleted
             wanted = sorted(set(ids))
-            mine = {
-                row[0]
-                for row in conn.execute(
-                    "SELECT id FROM messages WHERE tenant = %s AND user_id = %s AND id = ANY(%s)",
-                    (tenant, user, wanted),
-                )
-            }
-            missing = [i for i in wanted if i not in mine]
-            if missing:
-                raise UnknownMessages(missing)  # the connection's context rolls back
+            mine = conn.execute(
+                "SELECT id FROM messages WHERE tenant = %s AND user_id = %s AND id = ANY(%s)",
+                (tenant, user, wanted),
+            )
+            check_known(wanted, (row[0] for row in mine))  # UnknownMessages: the connection rolls back
             rows = conn.execute(
                 f"DELETE FROM messages WHERE tenant = %s AND id = ANY(%s) RETURNING {MESSAGE_COLUMNS}",
                 (tenant, wanted),
@@ -439,37 +341,17 @@ class PostgresStore:
             (f"{round(self.wait_s * 1000)}ms",),
         )
 
-    def _check(self, conn: Connection) -> None:
-        """The pool's check of a connection before it lends it. A broken one (the server dropped it)
-        means the others are likely broken too: check them all now, which replaces them at once, rather
-        than one per try with the pool's back-off between tries."""
-        try:
-            ConnectionPool.check_connection(conn)
-        except psycopg.Error:
-            self.pool.check()
-            raise
-
-    def _note_connect(self, error: str | None) -> None:
-        self._connect_error = error
-
-    def _reason(self, what: str) -> str:
-        reason = f"{self._where}: {what}"
-        return reason.replace(self._password, "***") if self._password else reason
-
 
 def migrate(conn: Connection) -> int:
-    """Bring the database to VERSION, one replica at a time (the others wait on the advisory lock); the
-    version it had before."""
+    """Bring the database to schema.VERSION, one replica at a time (the others wait on the advisory lock);
+    the version it had before (in the shared numbering)."""
     conn.execute("SELECT set_config('statement_timeout', '0', true)")  # a step may rewrite a table
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     row = conn.execute("SELECT version FROM schema_version").fetchone()
-    before = 0 if row is None else row[0]
-    if before > VERSION:
-        raise RuntimeError(f"the database has lazymem schema version {before}; this lazymem knows {VERSION}")
-    for statements in MIGRATIONS[before:]:
-        for statement in statements:
-            conn.execute(statement)
+    before = 0 if row is None else recorded(row[0], POSTGRES)
+    for statement in steps_after(before, POSTGRES, "the database"):
+        conn.execute(statement)
     if row is None:
         conn.execute("INSERT INTO schema_version VALUES (%s)", (VERSION,))
     else:
@@ -495,21 +377,7 @@ def _drop_derived(
     left = conn.execute(
         "SELECT 1 FROM messages WHERE tenant = %s AND user_id = %s LIMIT 1", (tenant, user)
     ).fetchone()
-    if left is None or vectors is None:
-        conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", (tenant, user))
-    else:
-        models = sorted(vectors)
-        conn.execute(
-            "DELETE FROM derived WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND model = ANY(%s))",
-            (tenant, user, EMBEDDING, models),
-        )
-        pairs = [(model, key) for model in models for key in vectors[model]]
-        conn.execute(
-            "DELETE FROM derived d USING unnest(%s::text[], %s::text[]) AS gone(model, key) "
-            "WHERE d.tenant = %s AND d.user_id = %s AND d.kind = %s AND d.model = gone.model "
-            "AND d.key = gone.key",
-            ([m for m, _ in pairs], [k for _, k in pairs], tenant, user, EMBEDDING),
-        )
+    drop_derived(conn, tenant, user, None if left is None else vectors)
     if left is None:
         conn.execute("DELETE FROM generations WHERE tenant = %s AND user_id = %s", (tenant, user))
         conn.execute("DELETE FROM pending WHERE tenant = %s AND user_id = %s", (tenant, user))
@@ -520,40 +388,6 @@ def _drop_derived(
             (tenant, user),
         )
     conn.execute("UPDATE maintenance SET pending = true")
-
-
-def _noting_connects(note: Callable[[str | None], None]) -> type[Connection]:
-    """A connection class whose connects tell `note` why they failed (None once one succeeds), so that a
-    pool timeout can say why it got no connection."""
-
-    class NotingConnection(Connection):
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> NotingConnection:
-            try:
-                conn = super().connect(conninfo, **kwargs)
-            except psycopg.OperationalError as e:
-                note(_first_line(e))
-                raise
-            note(None)
-            return conn
-
-    return NotingConnection
-
-
-def _unavailable(e: psycopg.OperationalError) -> bool:
-    """Whether an error means the database cannot serve now (StoreUnavailable) rather than a bug: a lost
-    connection (no SQLSTATE), one of _UNAVAILABLE_CLASSES, or a lock wait past lock_timeout. Deadlocks and
-    serialization failures are not: this store's lock order should make them impossible."""
-    if isinstance(e, PoolClosed):
-        return False  # used after close()
-    if isinstance(e, psycopg.errors.LockNotAvailable):
-        return True
-    return e.sqlstate is None or e.sqlstate[:2] in _UNAVAILABLE_CLASSES
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
 
 
 def _age(seconds: float | None) -> float | None:

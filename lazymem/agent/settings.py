@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +22,16 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """`agent.store` (lazymem.agent.store.open_store reads it as a mapping: dataclasses.asdict)."""
+    """`agent.store`: the store class Hydra builds (`_target_`, chosen by the config group
+    conf/agent/store/) and its checked values; a value the chosen store does not take is None. A
+    `_target_` of your own is passed its keys unchecked (its constructor refuses what it does not know)."""
 
-    kind: str
-    dsn: str | None
-    pool_size: int
-    wait_s: float
-    idempotency_ttl_s: float
+    target: str
+    idempotency_ttl_s: float | None = None
+    dir: str | None = None
+    dsn: str | None = None
+    pool_size: int | None = None
+    wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,12 @@ MAX_ID_CHARS = (16 * 1024 - 4 * 1024) // 12
 # The longest UTF-8 encoding of one character: a body bound must hold the longest text in any script
 UTF8_BYTES = 4
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STORE_KINDS = ("sqlite", "postgres")
+SQLITE_STORE = "lazymem.agent.sqlite_store.SQLiteStore"
+POSTGRES_STORE = "lazymem.agent.postgres_store.PostgresStore"
+# What a configuration that still names the store by kind is told
+STORE_KIND_GONE = (
+    "agent.store.kind is gone: choose the store with agent/store=postgres (or agent/store=sqlite)"
+)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class Settings:
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> Settings:
-        """From a composed config (lazymem.agent.memory.compose) or a plain mapping with the same blocks."""
+        """From a composed config (lazymem.agent.entry.compose) or a plain mapping with the same blocks."""
         root = _Block(_plain(cfg), "")
         agent = _agent(root.block("agent"))
         return cls(agent, _serve(root.block("serve"), agent.limits), _mcp(root.block("mcp"), agent.limits))
@@ -105,24 +113,39 @@ def check_retention(days: Any, where: str) -> float | None:
     return float(days)
 
 
-def _agent(block: _Block) -> AgentSettings:
-    store = block.block("store")
-    kind = store.choice("kind", _STORE_KINDS)
-    dsn = store.get("dsn")
-    if kind == "postgres":
+def refuse_gone_overrides(overrides: Sequence[str]) -> None:
+    """Refuse, before composing, an override of a key that no longer exists and has a new form (Hydra's
+    own error would only say that the key is not in the config)."""
+    for override in overrides:
+        if override.lstrip("+~").split("=", 1)[0] == "agent.store.kind":
+            raise ConfigError(STORE_KIND_GONE)
+
+
+def _store(store: _Block) -> StoreSettings:
+    """`agent.store`, checked by the keys of the store its `_target_` names."""
+    if "kind" in store.data:
+        raise ConfigError(STORE_KIND_GONE)
+    target = store.text("_target_", spaces=False)
+    if target == SQLITE_STORE:
+        settings = StoreSettings(target, store.seconds("idempotency_ttl_s"), dir=store.text("dir"))
+    elif target == POSTGRES_STORE:
+        dsn = store.get("dsn")
         _check_dsn(dsn, store.key("dsn"))
-    elif dsn is not None and not isinstance(dsn, str):
-        raise ConfigError(
-            f"{store.key('dsn')}: expected a connection string or null, got {type(dsn).__name__}"
+        settings = StoreSettings(
+            target,
+            store.seconds("idempotency_ttl_s"),
+            dsn=dsn,
+            pool_size=store.integer("pool_size", 1),
+            wait_s=store.seconds("wait_s"),
         )
-    store_settings = StoreSettings(
-        kind,
-        dsn,
-        store.integer("pool_size", 1),
-        store.seconds("wait_s"),
-        store.seconds("idempotency_ttl_s"),
-    )
+    else:  # a store of your own: its keys are its constructor's to check
+        return StoreSettings(target)
     store.done()
+    return settings
+
+
+def _agent(block: _Block) -> AgentSettings:
+    store_settings = _store(block.block("store"))
     limits = block.block("limits")
     limits_settings = Limits(
         max_messages_per_add=limits.integer("max_messages_per_add", 1),
@@ -210,7 +233,7 @@ def _check_dsn(dsn: Any, key: str) -> None:
     expected = f"{key}: expected a PostgreSQL connection string such as postgresql://USER@HOST:PORT/DB"
     if not isinstance(dsn, str) or not dsn.strip():
         shown = _show(dsn) if dsn is None or isinstance(dsn, str) else type(dsn).__name__  # blank or no text
-        raise ConfigError(f"{expected} (agent.store.kind=postgres needs one), got {shown}")
+        raise ConfigError(f"{expected} (agent/store=postgres needs one), got {shown}")
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict
 

@@ -6,10 +6,11 @@ deleted rows inside the file, and after a forget or purge the WAL (which still h
 written) is checkpointed and truncated to zero bytes. Derived data lives in files of the user's own folder
 (`Derived.storage.dir`), which lazymem.agent deletes whole with the user's messages.
 
-Schema versions: 1 (before versions were recorded) numbered every message from one counter shared by all
-tenants; 2 numbers each tenant's messages on its own. The migration keeps every id a client already holds
-and continues each tenant's counter after its largest id. 3 adds the adds' idempotency keys and the times
-a user became pending and was claimed.
+The schema and its versions are lazymem/agent/schema.py's. Before it, version 1 (a file that recorded no
+version) numbered every message from one counter shared by all tenants; version 2 numbers each tenant's
+messages on its own. Migrating a version-1 file keeps every id a client already holds and continues each
+tenant's counter after its largest id. The file's `blocks` table stays empty: derived data is the user
+folder's (lazymem/agent/local_blocks.py keeps the same table there).
 
 A writer in another process that holds the file's write lock longer than the busy timeout makes a call
 fail with StoreUnavailable.
@@ -26,9 +27,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lazymem import sqlite
-from lazymem.agent.errors import IdempotencyConflict, StoreUnavailable, UnknownMessages
-from lazymem.agent.store import (
+from lazymem.agent.errors import IdempotencyConflict, StoreUnavailable
+from lazymem.agent.schema import (
+    INSERT_COLUMNS,
     MESSAGE_COLUMNS,
+    SQLITE,
+    VERSION,
+    check_known,
+    steps_after,
+)
+from lazymem.agent.store import (
     Added,
     Claim,
     Derived,
@@ -40,53 +48,10 @@ from lazymem.agent.store import (
     VectorKeys,
     already_stored,
 )
+from lazymem.agent.user_retrieval import LocalUserStorage
 from lazymem.llm.cache import LLMCache
-from lazymem.retrieval.base import UserStorage
 
-VERSION = 3
 _VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
-# Version 2's schema; each later version is a step from the one before (_STEPS), on a new file too.
-_TABLES = [
-    """CREATE TABLE IF NOT EXISTS messages (
-        tenant     TEXT NOT NULL,
-        user_id    TEXT NOT NULL,
-        id         INTEGER NOT NULL,
-        session_id TEXT NOT NULL,
-        time       TEXT NOT NULL,
-        role       TEXT NOT NULL,
-        text       TEXT NOT NULL,
-        added      REAL NOT NULL,
-        source     TEXT,
-        PRIMARY KEY (tenant, id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS messages_by_user ON messages (tenant, user_id, id)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS messages_by_source ON messages (tenant, user_id, source) "
-    "WHERE source IS NOT NULL",
-    "CREATE TABLE IF NOT EXISTS tenant_ids (tenant TEXT PRIMARY KEY, last_id INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS generations "
-    "(tenant TEXT, user_id TEXT, generation INTEGER NOT NULL, PRIMARY KEY (tenant, user_id))",
-    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS pending (tenant TEXT, user_id TEXT, mark INTEGER NOT NULL, "
-    "claimed_until REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
-]
-_STEPS = {
-    3: [
-        """CREATE TABLE idempotency (
-            tenant  TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            key     TEXT NOT NULL,
-            digest  TEXT NOT NULL,
-            ids     TEXT NOT NULL,
-            created REAL NOT NULL,
-            PRIMARY KEY (tenant, user_id, key)
-        )""",
-        "CREATE INDEX idempotency_by_age ON idempotency (created)",
-        # since: the unix time the user became pending (a user already pending: the upgrade's time)
-        "ALTER TABLE pending ADD COLUMN since REAL NOT NULL DEFAULT 0",
-        "UPDATE pending SET since = (julianday('now') - 2440587.5) * 86400",
-        "ALTER TABLE pending ADD COLUMN claimed_at REAL",
-    ],
-}
 _SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
 
 
@@ -130,8 +95,7 @@ class SQLiteStore:
                     ids.append(known)
                     continue
                 conn.execute(
-                    "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, source) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO messages ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (tenant, user, first + n, m.session_id, m.time, m.role, m.text, now, m.source),
                 )
                 ids.append(first + n)
@@ -261,7 +225,7 @@ class SQLiteStore:
             conn.execute("DELETE FROM idempotency WHERE created <= ?", (expired,))
 
     def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:
-        return Derived(UserStorage(dir), lambda: LLMCache(dir / "llm.sqlite"))
+        return Derived(LocalUserStorage(dir), lambda: LLMCache(dir / "llm.sqlite"))
 
     def close(self) -> None:
         with self._lock:
@@ -298,9 +262,7 @@ class SQLiteStore:
                 f"WHERE tenant = ? AND user_id = ? AND id IN ({marks})",
                 [tenant, user, *chunk],
             ).fetchall()
-        missing = sorted(set(ids) - {row[0] for row in mine})
-        if missing:
-            raise UnknownMessages(missing)
+        check_known(ids, (row[0] for row in mine))
         for start in range(0, len(ids), _SQL_VARS):
             chunk = ids[start : start + _SQL_VARS]
             marks = ",".join("?" * len(chunk))
@@ -340,43 +302,37 @@ class SQLiteStore:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Create the schema, or bring a file of an earlier version to VERSION: a version-1 file (one id
-    counter for all tenants) to version 2 first, then each step."""
+    """Create the schema, or bring a file of an earlier version to schema.VERSION. A version-1 file (it
+    recorded no version; one id counter for all tenants) gets every table anew, its messages copied over
+    with their ids."""
     row = conn.execute("SELECT version FROM schema_version").fetchone()
     version = 0 if row is None else row[0]
-    if version > VERSION:
-        raise RuntimeError(f"memory.sqlite has schema version {version}; this lazymem knows {VERSION}")
-    if version == VERSION:
+    statements = steps_after(version, SQLITE, "memory.sqlite")
+    if not statements:
         return
-    if row is None:
-        _create_version_2(conn)
-        version = 2
-    for step in range(version + 1, VERSION + 1):
-        for statement in _STEPS[step]:
-            conn.execute(statement)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    legacy = row is None and "messages" in tables
+    if legacy:
+        conn.execute("ALTER TABLE messages RENAME TO messages_v1")
+        conn.execute("DROP INDEX IF EXISTS messages_by_user")
+    for statement in statements:
+        conn.execute(statement)
+    if legacy:
+        _copy_version_1(conn)
     conn.execute("DELETE FROM schema_version")
     conn.execute("INSERT INTO schema_version (version) VALUES (?)", (VERSION,))
 
 
-def _create_version_2(conn: sqlite3.Connection) -> None:
-    """Version 2's tables, in a new file or from a version-1 file's messages (their ids kept)."""
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    legacy = "messages" in tables
-    if legacy:
-        conn.execute("ALTER TABLE messages RENAME TO messages_v1")
-        conn.execute("DROP INDEX IF EXISTS messages_by_user")
-    for statement in _TABLES:
-        conn.execute(statement)
-    conn.execute("INSERT INTO counters (name, value) VALUES ('generation', 0)")
-    if legacy:
-        conn.execute(
-            "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added) "
-            "SELECT tenant, user, id, session_id, time, role, text, added FROM messages_v1"
-        )
-        conn.execute("INSERT INTO tenant_ids SELECT tenant, MAX(id) FROM messages GROUP BY tenant")
-        for tenant, user in conn.execute("SELECT DISTINCT tenant, user_id FROM messages").fetchall():
-            conn.execute("INSERT INTO generations VALUES (?, ?, ?)", (tenant, user, _next_generation(conn)))
-        conn.execute("DROP TABLE messages_v1")  # secure_delete zeroes its pages
+def _copy_version_1(conn: sqlite3.Connection) -> None:
+    """A version-1 file's messages into the new tables, their ids kept; each tenant's counter after them."""
+    conn.execute(
+        "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added) "
+        "SELECT tenant, user, id, session_id, time, role, text, added FROM messages_v1"
+    )
+    conn.execute("INSERT INTO tenant_ids SELECT tenant, MAX(id) FROM messages GROUP BY tenant")
+    for tenant, user in conn.execute("SELECT DISTINCT tenant, user_id FROM messages").fetchall():
+        conn.execute("INSERT INTO generations VALUES (?, ?, ?)", (tenant, user, _next_generation(conn)))
+    conn.execute("DROP TABLE messages_v1")  # secure_delete zeroes its pages
 
 
 def _reserve_ids(conn: sqlite3.Connection, tenant: str, n: int) -> int:

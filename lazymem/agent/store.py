@@ -1,9 +1,11 @@
-"""Where an agent's raw messages live: the storage contract, its records, and the choice of a store.
+"""Where an agent's raw messages live: the storage contract and its records.
 
 `Store` is all the rest of lazymem.agent asks of storage. Two stores implement it: `SQLiteStore`
 (lazymem/agent/sqlite_store.py, one file, the embedded default) and `PostgresStore`
-(lazymem/agent/postgres_store.py, one server database shared by several service replicas), chosen by
-`agent.store.kind`.
+(lazymem/agent/postgres_store.py, one server database shared by several service replicas). The config
+group conf/agent/store/ names one by its `_target_` (`agent/store=postgres`), and Hydra builds it; this
+module names neither, so the stores import it and it imports no store. Their shared tables and migrations
+are lazymem/agent/schema.py.
 
 Ids are per tenant: each tenant's messages are numbered by a counter of its own, so the gaps between a
 tenant's ids say nothing about other tenants. Every add marks its user `pending` until a background
@@ -20,12 +22,12 @@ message was forgotten would take half an hour on two cores.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from lazymem.agent.errors import BadInput, UnknownMessages, UnknownUser
-from lazymem.retrieval.base import UserStorage
+from lazymem.retrieval.per_user import UserStorage
 
 __all__ = ["UnknownMessages", "UnknownUser"]  # with the records below; their home is lazymem.agent.errors
 
@@ -117,11 +119,6 @@ class StoredMessage:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# A StoredMessage's columns in a SELECT or RETURNING list, in its fields' order (both stores' tables name
-# them alike)
-MESSAGE_COLUMNS = ", ".join(f.name for f in fields(StoredMessage))
 
 
 @dataclass(frozen=True)
@@ -221,23 +218,18 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(cfg: Mapping[str, Any], dir: str | Path) -> Store:
-    """The store `agent.store` names: `kind: sqlite` (a file in `dir`) or `kind: postgres` (at `dsn`)."""
-    kind = cfg.get("kind", "sqlite")
-    ttl_s = float(cfg.get("idempotency_ttl_s", 86400))
-    if kind == "sqlite":
-        from lazymem.agent.sqlite_store import SQLiteStore
+def open_store(cfg: Any) -> Store:
+    """The store `cfg` (the composed `agent.store`) names by its `_target_`, built by Hydra. What the store
+    raises while it opens (StoreUnavailable in an outage, a schema newer than this lazymem) reaches the
+    caller as it is, not wrapped in Hydra's InstantiationException; the wrapper stays for the config's own
+    faults (a `_target_` that does not import, a key the class does not take)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
 
-        return SQLiteStore(dir, idempotency_ttl_s=ttl_s)
-    if kind == "postgres":
-        from lazymem.agent.postgres_store import PostgresStore
-
-        if not cfg.get("dsn"):
-            raise ValueError("agent.store.kind=postgres needs agent.store.dsn=postgresql://USER@HOST:PORT/DB")
-        return PostgresStore(
-            cfg["dsn"],
-            pool_size=int(cfg.get("pool_size", 8)),
-            wait_s=float(cfg.get("wait_s", 3)),
-            idempotency_ttl_s=ttl_s,
-        )
-    raise ValueError(f"agent.store.kind={kind!r}: expected sqlite or postgres")
+    try:
+        return instantiate(cfg)
+    except InstantiationException as e:
+        cause = e.__cause__
+        if cause is None or isinstance(cause, ImportError | TypeError):
+            raise
+        raise cause from None

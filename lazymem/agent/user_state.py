@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from lazymem.agent.store import NewMessage, StoredMessage
+from lazymem.agent.user_retrieval import UserRetriever
 from lazymem.data.schema import Message
-from lazymem.retrieval.hybrid import HybridRetriever
 
 
 class UserState:
-    """A user's retriever (its own embedding cache) and LLM roles (their own response cache), built at
-    one generation of the user's messages, with the messages as last read."""
+    """A user's retrieval (`UserRetriever`: its own derived data, and the hybrid retrieval methods query)
+    and LLM roles (their own response cache), built at one generation of the user's messages, with the
+    messages as last read."""
 
-    def __init__(self, generation: int, retriever: HybridRetriever | None, llms: Any):
+    def __init__(self, generation: int, retriever: UserRetriever | None, llms: Any):
         self.generation, self.retriever, self.llms = generation, retriever, llms
         # The user's messages as last read (a query reads only what was added since), and the same as
         # retrieval's records, position by position; `warmed`: how many of them are known to be embedded.

@@ -3,9 +3,9 @@ PostgreSQL, one deployment to the next) does not embed their history again: that
 100,000 messages on two cores.
 
 An export with vectors gives each message a `vectors` field, `{model identity: {key: base64}}`: the
-entries of the user's embedding cache that the retriever derived from that message
-(`Retriever.vector_keys`), each a little-endian float32 vector. An import keeps a carried vector only where
-the target's retriever would store that very entry: the same model identity (which names the weights,
+entries of the user's embedding cache that the retrievers derived from that message (their
+`PerUserRetriever.vector_keys`), each a little-endian float32 vector. An import keeps a carried vector only
+where the target's retriever would store that very entry: the same model identity (which names the weights,
 their version and settings) and the same key (sha256 of the exact text the encoder read, so the same
 template). Anything else is ignored, and embedded as usual when the user is indexed. A kept vector must
 have the encoder's width and unit length (every encoder here normalises its vectors), else the import is
@@ -34,7 +34,8 @@ Carried = dict[str, dict[str, str]]
 
 
 class VectorRetriever(Protocol):
-    """What this module asks of a retriever (lazymem.retrieval.base.Retriever has both)."""
+    """What this module asks of the agent's retrieval (`lazymem.agent.user_retrieval.UserRetrieval`, which
+    asks its entries with the per-user port, `lazymem.retrieval.per_user.PerUserRetriever`)."""
 
     def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None: ...
 

@@ -1,4 +1,5 @@
-"""Types shared by the retrievers: a ranked list, a search result, and message rendering.
+"""Types shared by the retrievers: their research contract (Retriever, Index, Reranker), a ranked list, a
+search result, and message rendering.
 
 Every retriever ranks messages by their `Message.idx`; the text it sees is rendered from a template so
 that what BM25, the bi-encoder and the reranker read can be tuned separately (e.g. `"{role}: {text}"`).
@@ -6,17 +7,14 @@ that what BM25, the bi-encoder and the reranker read can be tuned separately (e.
 
 from __future__ import annotations
 
-import shutil
 import string
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from lazymem.data.schema import Message
-from lazymem.retrieval.embed_cache import EmbeddingCache
 
 # Fields a message template may use.
 TEMPLATE_FIELDS = ("idx", "session_id", "time", "role", "text")
@@ -64,86 +62,18 @@ class Index(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class UserStorage:
-    """Where one user's derived data lives (lazymem.agent gives every user one). A retriever that derives
-    data from a user's messages keeps it here and nowhere else: files in `dir`, a folder of the user's own
-    that a forget or a retention purge deletes, and vectors in :meth:`embedding_cache`. A deletion that
-    leaves the user messages keeps their vectors (:meth:`keep_vectors`); every other file goes.
-
-    With a server database (agent.store.kind=postgres) the agent passes a subclass whose embedding cache
-    is rows of that database, shared by every replica and deleted in the forget's own transaction; `dir`
-    is then a scratch folder local to the replica, deleted as well.
-    """
-
-    dir: Path
-
-    def embedding_cache(self) -> EmbeddingCache:
-        """The user's vectors by (model identity, text key): `get`, `put`, `close` as EmbeddingCache."""
-        return EmbeddingCache(self.dir)
-
-    def keep_vectors(self, dropped: Mapping[str, Collection[str]]) -> None:
-        """After some of the user's messages were deleted (nothing of the user is open): delete every file
-        in `dir` but the embedding cache, and from the cache the vectors of the models not in `dropped`
-        and the keys it names (`Retriever.vector_keys` of the deleted messages)."""
-        cache = self.embedding_cache()
-        try:
-            cache.keep_only(dropped)
-        finally:
-            cache.close()
-        kept = {cache.path.name, f"{cache.path.name}-wal", f"{cache.path.name}-shm"}
-        for entry in self.dir.iterdir():
-            if entry.name in kept:
-                continue
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-
-
 class Retriever:
     """A first-stage retriever (an entry of `retrieval.retrievers`): indexes one history's messages.
 
-    Subclasses implement :meth:`build`; the other hooks have defaults for a retriever that keeps nothing
-    between histories. HybridRetriever, the agent memory and preflight ask these hooks instead of
-    checking which retriever it is.
+    Subclasses implement :meth:`build`; :meth:`problems` and :meth:`gpu_keys` default to nothing to report.
+    HybridRetriever and preflight ask these hooks instead of checking which retriever it is. What the agent
+    memory needs besides (a form per user, an index grown after an add) is a separate protocol,
+    `lazymem.retrieval.per_user.PerUserRetriever`: a retriever with only these three hooks runs in every
+    task, and the agent memory serves it without incremental updates.
     """
 
     def build(self, messages: Sequence[Message]) -> Index:
         raise NotImplementedError(f"{type(self).__name__} does not say how it indexes messages")
-
-    def for_user(self, storage: UserStorage) -> Retriever:
-        """The form of this retriever that serves one user of the agent memory: whatever it derives from
-        that user's messages goes to `storage`. The default shares this object (nothing is derived)."""
-        return self
-
-    def extend(self, index: Index, messages: Sequence[Message]) -> Index | None:
-        """The index of the messages `index` was built on followed by `messages` (their `idx` continue
-        the list), built from `index` instead of from scratch; None when this retriever cannot (the
-        default), and the caller builds anew. The agent memory's query after an add takes this path."""
-        return None
-
-    def close(self) -> None:
-        """Release what :meth:`for_user` opened (files, connections)."""
-
-    def warm(self, messages: Sequence[Message]) -> int:
-        """Derive and store now what a later :meth:`build` over these messages will need (vectors in the
-        per-user cache), without building an index; how many texts that took. The agent memory calls it
-        soon after messages are added, so a user's first query does not pay for them. Default: nothing."""
-        return 0
-
-    def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None:
-        """The keys, by model identity, under which the per-user form stores vectors of these messages in
-        the user's embedding cache. When some of a user's messages are deleted, the agent memory drops
-        exactly these and keeps the user's other vectors of the models named; every other derived item
-        goes. None: the keys cannot be named (everything goes). Default: {} (it stores no vectors, so
-        none is kept)."""
-        return {}
-
-    def vector_width(self, model: str) -> int | None:
-        """How many values the vectors it stores under the model identity `model` have; None when it stores
-        none under that identity (the default). An import that carries vectors checks them against it."""
-        return None
 
     def problems(self, where: str) -> list[str]:
         """What is missing before it can run (`where`: its config key), each with its fix; [] if nothing."""

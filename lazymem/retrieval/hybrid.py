@@ -13,14 +13,13 @@ skipped and its own scores are kept.
 from __future__ import annotations
 
 import hashlib
-import operator
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from lazymem.data.schema import History, Message
-from lazymem.retrieval.base import Index, Ranking, Reranker, Retriever, SearchResult, UserStorage
+from lazymem.data.schema import History
+from lazymem.retrieval.base import Index, Ranking, Reranker, Retriever, SearchResult
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.fusion import RRF
 from lazymem.retrieval.rerank import NoReranker
@@ -32,11 +31,6 @@ def fingerprint(history: History) -> str:
     for m in history.messages:
         h.update(f"{m.idx}\x1f{m.session_id}\x1f{m.time}\x1f{m.role}\x1f{m.text}\x1e".encode())
     return h.hexdigest()
-
-
-def _extends(old: Sequence[Message], new: Sequence[Message]) -> bool:
-    """Whether `new` is `old` (the very same message objects, in order) followed by more messages."""
-    return len(new) > len(old) and all(map(operator.is_, old, new))
 
 
 class HistoryIndex:
@@ -129,8 +123,8 @@ class HybridRetriever:
             if not isinstance(r, Retriever):
                 raise TypeError(
                     f"retrieval.retrievers.{name}: {type(r).__name__} is not a "
-                    "lazymem.retrieval.base.Retriever (subclass it: build() indexes a history; its other "
-                    "hooks have defaults)"
+                    "lazymem.retrieval.base.Retriever (subclass it: build() indexes a history; problems() "
+                    "and gpu_keys() have defaults)"
                 )
         self.fusion = fusion if fusion is not None else RRF()
         self.reranker = reranker if reranker is not None else NoReranker()
@@ -145,42 +139,6 @@ class HybridRetriever:
     def stages(self) -> tuple[str, ...]:
         """The timed stages of a search: each retriever by its name, then fusion and rerank."""
         return (*self.retrievers, "fusion", "rerank")
-
-    def for_user(self, storage: UserStorage) -> HybridRetriever:
-        """This retrieval for one user of the agent memory: each retriever's per-user form (what it derives
-        goes to `storage`), the shared fusion and reranker, and an index cache of the user's own."""
-        mine = {name: r.for_user(storage) for name, r in self.retrievers.items()}
-        return HybridRetriever(
-            mine, self.fusion, self.reranker, self.n, self.rerank_candidates, 1, self.parallel
-        )
-
-    def close(self) -> None:
-        """Release what the retrievers opened (a per-user form's caches)."""
-        for r in self.retrievers.values():
-            r.close()
-
-    def warm(self, messages) -> int:
-        """Each retriever's `warm` (the dense retriever embeds into the per-user cache)."""
-        return sum(r.warm(messages) for r in self.retrievers.values())
-
-    def vector_keys(self, messages) -> dict[str, set[str]] | None:
-        """Its retrievers' keys, merged by model (None if any one cannot name its keys)."""
-        merged: dict[str, set[str]] = {}
-        for r in self.retrievers.values():
-            keys = r.vector_keys(messages)
-            if keys is None:
-                return None
-            for model, found in keys.items():
-                merged.setdefault(model, set()).update(found)
-        return merged
-
-    def vector_width(self, model: str) -> int | None:
-        """The width its first retriever that stores vectors of `model` gives them."""
-        for r in self.retrievers.values():
-            width = r.vector_width(model)
-            if width is not None:
-                return width
-        return None
 
     def problems(self, where: str = "retrieval") -> list[str]:
         """What its retrievers and reranker miss before they can run, each with its config key."""
@@ -197,15 +155,10 @@ class HybridRetriever:
         if hit is not None and hit[0] == key:
             self._cache.move_to_end(history.id)
             return hit[1]
-        # The agent memory's next query after an add: the same messages (the same objects) plus new ones.
-        earlier = hit[1] if hit is not None and _extends(hit[1].messages, history.messages) else None
         indexes, build_timings = {}, {}
         for name, retriever in self.retrievers.items():
             t0 = time.perf_counter()
-            grown = None
-            if earlier is not None:
-                grown = retriever.extend(earlier.indexes[name], history.messages[len(earlier.messages) :])
-            indexes[name] = grown if grown is not None else retriever.build(history.messages)
+            indexes[name] = retriever.build(history.messages)
             build_timings[name] = time.perf_counter() - t0
         built = HistoryIndex(history, indexes, build_timings, self)
         self.builds += 1

@@ -34,11 +34,12 @@ APP = """
 import logging, sys
 from fastapi import FastAPI, Header, HTTPException, Request
 from omegaconf import OmegaConf
+from lazymem.agent.entry import compose
 from lazymem.agent.http_server import run
 from lazymem.agent.settings import Settings
 from lazymem.agent.tenants import Tenants
 
-cfg = OmegaConf.merge(OmegaConf.load("conf/agent/default.yaml"), OmegaConf.from_dotlist(sys.argv[1:]))
+cfg = compose(sys.argv[1:])
 settings = Settings.from_cfg(OmegaConf.to_container(cfg, resolve=True))
 tenants = Tenants.from_settings(settings)
 app = FastAPI()

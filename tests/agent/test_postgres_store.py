@@ -1,6 +1,7 @@
 """The PostgreSQL store (lazymem/agent/postgres_store.py) on a real, throwaway PostgreSQL cluster: among the
-rest, two adds of one idempotency key at once, the migration of a version-1 database, and the database's
-faults (connections it dropped, a statement past wait_s, an outage and the restart after it)."""
+rest, two adds of one idempotency key at once, the migration of databases of the versions before the shared
+schema, blocks deleted and rewritten with the messages, and a statement past wait_s. The pool's own faults
+(dropped connections, an outage) are tests/agent/test_postgres_pool.py's."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import numpy as np
 import psycopg
 import pytest
 
+from lazymem.agent import vector_blocks
 from lazymem.agent.errors import StoreUnavailable
-from lazymem.agent.postgres_store import MIGRATIONS, VERSION, PostgresStore
+from lazymem.agent.postgres_store import PostgresStore
+from lazymem.agent.schema import VERSION
 from lazymem.agent.store import Added, Idempotency, NewMessage, Readiness, UnknownMessages
 
 
@@ -110,6 +113,10 @@ def test_schema_is_versioned_and_created_once_by_concurrent_replicas(pg_dsn):
     assert not errors and len(stores) == 4
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)]
+        storage = (
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'blocks'::regclass AND attname = 'data'"
+        )
+        assert conn.execute(storage).fetchone() == ("e",)  # out of line, never compressed
         conn.execute("UPDATE schema_version SET version = %s", (VERSION + 1,))
     for s in stores:
         s.close()
@@ -163,24 +170,44 @@ def test_pending_users_are_claimed_once_and_expired_claims_taken_over(store):
     assert store.claim_pending(lease_s=600) is None
 
 
-def _vectors(store: PostgresStore, user: str) -> dict[tuple[str, str], bytes]:
-    with store.pool.connection() as conn:
+def _vectors(store: PostgresStore, user: str) -> set[tuple[str, str]]:
+    """The user's vectors by (model, key): in vector blocks, or in `derived` rows as before the blocks."""
+    with store.pool.pool.connection() as conn:
         rows = conn.execute(
-            "SELECT model, key, value FROM derived WHERE user_id = %s AND kind = 'embedding'", (user,)
+            "SELECT model, key FROM derived WHERE user_id = %s AND kind = 'embedding'", (user,)
         ).fetchall()
-    return {(model, key): bytes(value) for model, key, value in rows}
+        blocks = conn.execute(
+            "SELECT name, data FROM blocks WHERE user_id = %s AND kind = %s", (user, vector_blocks.KIND)
+        ).fetchall()
+    return {*rows, *((name, key) for name, data in blocks for key in vector_blocks.decode(bytes(data))[0])}
+
+
+def _put_vectors(store: PostgresStore, user: str, model: str, vectors: dict, legacy: bool) -> None:
+    """Store vectors as today's cache does (blocks), or as a database from before the blocks did (rows)."""
+    if not legacy:
+        derived = store.derived("t", user, _scratch(), store.snapshot("t", user).generation)
+        derived.storage.embedding_cache().put(model, vectors)
+        return
+    with store.pool.pool.connection() as conn:
+        conn.cursor().executemany(
+            "INSERT INTO derived (tenant, user_id, kind, model, key, value, created) "
+            "VALUES ('t', %s, 'embedding', %s, %s, %s, 0)",
+            [(user, model, key, np.asarray(v, dtype="<f4").tobytes()) for key, v in vectors.items()],
+        )
 
 
 def _keys_by_text(user: str, deleted) -> dict[str, set[str]]:
     return {"enc": {f"key-of-{m.text}" for m in deleted}}  # as Retriever.vector_keys names them
 
 
-def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(store, pg_dsn):
+@pytest.mark.parametrize("legacy", [False, True], ids=["blocks", "legacy-rows"])
+def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(store, pg_dsn, legacy):
+    """Also for a user whose vectors are still `derived` rows (a database from before the blocks)."""
     store.add("t", "u", new("a", "b", "c"))
     derived = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation)
-    cache = derived.storage.embedding_cache()
-    cache.put("enc", {f"key-of-{t}": np.full(4, i, dtype=np.float32) for i, t in enumerate("abc")})
-    cache.put("old-encoder", {"key-of-c": np.zeros(4, dtype=np.float32)})
+    vectors = {f"key-of-{t}": np.full(4, i, dtype=np.float32) for i, t in enumerate("abc")}
+    _put_vectors(store, "u", "enc", vectors, legacy)
+    _put_vectors(store, "u", "old-encoder", {"key-of-c": np.zeros(4, dtype=np.float32)}, legacy)
     derived.llm_cache().put("window", {"reply": "KEEP a"})
     seen = []
 
@@ -190,7 +217,7 @@ def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(
 
     assert store.forget("t", "u", [1], vector_keys=keys) == 1
     assert seen == [("u", ["a"])]
-    assert set(_vectors(store, "u")) == {("enc", "key-of-b"), ("enc", "key-of-c")}
+    assert _vectors(store, "u") == {("enc", "key-of-b"), ("enc", "key-of-c")}
     with psycopg.connect(pg_dsn) as conn:  # the memory model's replies may quote any message: all go
         assert conn.execute("SELECT COUNT(*) FROM derived WHERE kind <> 'embedding'").fetchone() == (0,)
     # a new generation reads the kept vectors
@@ -200,15 +227,14 @@ def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("UPDATE messages SET added = added - 1000 WHERE text = 'b'")
     assert store.purge("t", before=_now() - 500, vector_keys=_keys_by_text) == {"u": 1}
-    assert set(_vectors(store, "u")) == {("enc", "key-of-c")}
+    assert _vectors(store, "u") == {("enc", "key-of-c")}
     assert store.forget("t", "u", [3], vector_keys=_keys_by_text) == 1  # the last message: all goes
-    assert _vectors(store, "u") == {}
+    assert _vectors(store, "u") == set()
     store.add("t", "v", new("d"))
-    cache = store.derived("t", "v", _scratch(), store.snapshot("t", "v").generation).storage.embedding_cache()
-    cache.put("enc", {"key-of-d": np.ones(4, dtype=np.float32)})
+    _put_vectors(store, "v", "enc", {"key-of-d": np.ones(4, dtype=np.float32)}, legacy)
     store.add("t", "v", new("e"))
     assert store.forget("t", "v", [5]) == 1  # no vector_keys: every derived row goes
-    assert _vectors(store, "v") == {}
+    assert _vectors(store, "v") == set()
 
 
 def _wait_until(condition, timeout_s: float = 10.0) -> None:
@@ -252,12 +278,48 @@ def test_a_second_add_of_a_key_waits_for_the_first_and_replays_its_ids(store, pg
     assert [m.text for m in store.snapshot("t", "u").messages] == ["a", "b"]
 
 
-def test_a_version_1_database_is_migrated_with_its_messages_ids_and_sources(pg_dsn):
-    with psycopg.connect(pg_dsn) as conn:  # version 1's schema, and one add as that version wrote it
-        for statement in MIGRATIONS[0]:
+# The schema PostgreSQL databases had before it was shared: version 1 (the first 11 statements), and what
+# version 2 added
+OLD_SCHEMA = [
+    """CREATE TABLE messages (
+        tenant TEXT NOT NULL, user_id TEXT NOT NULL, id BIGINT NOT NULL, session_id TEXT NOT NULL,
+        time TEXT NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL, added DOUBLE PRECISION NOT NULL,
+        source TEXT, PRIMARY KEY (tenant, id)
+    )""",
+    "CREATE INDEX messages_by_user ON messages (tenant, user_id, id)",
+    "CREATE UNIQUE INDEX messages_by_source ON messages (tenant, user_id, source) WHERE source IS NOT NULL",
+    "CREATE TABLE tenant_ids (tenant TEXT PRIMARY KEY, last_id BIGINT NOT NULL)",
+    "CREATE SEQUENCE generation_seq",
+    "CREATE TABLE generations (tenant TEXT, user_id TEXT, generation BIGINT NOT NULL, "
+    "PRIMARY KEY (tenant, user_id))",
+    """CREATE TABLE derived (
+        tenant TEXT NOT NULL, user_id TEXT NOT NULL, kind TEXT NOT NULL, model TEXT NOT NULL,
+        key TEXT NOT NULL, value BYTEA NOT NULL, created DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (tenant, user_id, kind, model, key)
+    )""",
+    "CREATE SEQUENCE pending_seq",
+    "CREATE TABLE pending (tenant TEXT, user_id TEXT, mark BIGINT NOT NULL, "
+    "claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (tenant, user_id))",
+    "CREATE TABLE maintenance (pending BOOLEAN NOT NULL)",
+    "INSERT INTO maintenance VALUES (false)",
+    """CREATE TABLE idempotency (
+        tenant TEXT NOT NULL, user_id TEXT NOT NULL, key TEXT NOT NULL, digest TEXT NOT NULL,
+        ids BIGINT[] NOT NULL, created DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, user_id, key)
+    )""",
+    "CREATE INDEX idempotency_by_age ON idempotency (created)",
+    "ALTER TABLE pending ADD COLUMN since DOUBLE PRECISION NOT NULL "
+    "DEFAULT extract(epoch FROM clock_timestamp())",
+    "ALTER TABLE pending ADD COLUMN claimed_at DOUBLE PRECISION",
+]
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_a_database_of_an_earlier_version_is_migrated_with_its_messages_ids_and_sources(pg_dsn, old):
+    with psycopg.connect(pg_dsn) as conn:  # the old version's schema, and one add as that version wrote it
+        for statement in OLD_SCHEMA[: 11 if old == 1 else None]:
             conn.execute(statement)
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        conn.execute("INSERT INTO schema_version VALUES (1)")
+        conn.execute("INSERT INTO schema_version VALUES (%s)", (old,))
         conn.execute("INSERT INTO tenant_ids VALUES ('t', 7)")
         conn.execute(
             "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, source) "
@@ -279,21 +341,8 @@ def test_a_version_1_database_is_migrated_with_its_messages_ids_and_sources(pg_d
     assert store.add("t", "u", new("next"), key) == Added(added.ids, 0, replayed=True)
     store.close()
     with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(2,)]
-
-
-def test_pooled_connections_the_server_dropped_are_replaced_without_an_error(store, pg_dsn):
-    held = [store.pool.getconn() for _ in range(4)]  # four connections wait in the pool
-    for conn in held:
-        store.pool.putconn(conn)
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        assert admin.execute(f"SELECT COUNT(pg_terminate_backend(pid)) {others}").fetchone() == (4,)
-        _wait_until(lambda: admin.execute(f"SELECT COUNT(*) {others}").fetchone() == (0,))
-    started = time.monotonic()
-    assert store.add("t", "u", new("after")).stored == 1
-    assert [m.text for m in store.snapshot("t", "u").messages] == ["after"]
-    assert time.monotonic() - started < 1
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(4,)]
+        assert conn.execute("SELECT COUNT(*) FROM blocks").fetchone() == (0,)
 
 
 def test_a_call_that_waits_past_wait_s_is_store_unavailable(pg_dsn):
@@ -318,7 +367,7 @@ def test_a_call_that_waits_past_wait_s_is_store_unavailable(pg_dsn):
 def test_ready_answers_within_a_second_whatever_wait_s(pg_dsn):
     store = PostgresStore(pg_dsn, pool_size=1, wait_s=5)
     assert store.ready() == Readiness(0, None, None)
-    with store.pool.connection():  # the only connection is taken
+    with store.pool.pool.connection():  # the only connection is taken
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="busy"):
             store.ready()
@@ -326,36 +375,54 @@ def test_ready_answers_within_a_second_whatever_wait_s(pg_dsn):
     store.close()
 
 
-def test_an_outage_is_store_unavailable_and_adds_succeed_soon_after_the_restart(own_postgres):
-    # trust authentication ignores the password: it is there to be kept out of the errors
-    dsn = own_postgres.new_database().replace("lazymem@", "lazymem:pw-s3cret@")
-    store = PostgresStore(dsn, pool_size=4, wait_s=2)
-    store.add("t", "u", new("before"))
-    own_postgres.stop()
-    for call in (lambda: store.add("t", "u", new("during")), lambda: store.snapshot("t", "u")):
-        started = time.monotonic()
-        with pytest.raises(StoreUnavailable) as caught:
-            call()
-        assert time.monotonic() - started < 2 + 1
-        reason = str(caught.value)
-        assert "no connection within 2s" in reason and "refused" in reason and "s3cret" not in reason
-        assert "\n" not in reason and caught.value.retry_after_s > 0
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="no connection within 1s"):  # a store started now
-        PostgresStore(dsn, wait_s=1)
-    assert time.monotonic() - started < 2
-    # an outage of some 15 s: long enough for psycopg_pool's default back-off (tries 1, 2, 4, 8, 16 s
-    # apart for 5 minutes) to leave the next try over 10 s after the restart
-    time.sleep(10)
-    own_postgres.start(init=False)
-    restarted = time.monotonic()
-    while True:
-        try:
-            store.add("t", "u", new("after"))
-            break
-        except StoreUnavailable:
-            assert time.monotonic() - restarted < 10
-            time.sleep(0.1)
-    print(f"first add {time.monotonic() - restarted:.2f}s after the restart")
-    assert [m.text for m in store.snapshot("t", "u").messages] == ["before", "after"]
-    store.close()
+def _blocks(store: PostgresStore, user: str) -> dict[tuple[str, str, int], bytes]:
+    with store.pool.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT kind, name, block, data FROM blocks WHERE user_id = %s", (user,)
+        ).fetchall()
+    return {(kind, name, block): bytes(data) for kind, name, block, data in rows}
+
+
+def _vector_block(*texts: str) -> bytes:
+    keys = [f"key-of-{t}" for t in texts]
+    return vector_blocks.encode(keys, np.arange(len(keys) * 2, dtype=np.float32).reshape(-1, 2))
+
+
+def test_a_deletion_rewrites_the_vector_blocks_and_drops_every_other_block(store):
+    store.add("t", "u", new("a", "b", "c", "d"))
+    blocks = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation).storage.blocks()
+    kind = vector_blocks.KIND
+    assert blocks.write(
+        kind, "enc", {0: _vector_block("a", "b"), 1: _vector_block("c"), 2: _vector_block("d")}
+    )
+    assert blocks.write(kind, "old-encoder", {0: _vector_block("a")})
+    assert blocks.write("bm25", "state", {0: b"term statistics of a b c d"})
+    untouched = _blocks(store, "u")[(kind, "enc", 2)]
+
+    assert store.forget("t", "u", [1, 3], vector_keys=_keys_by_text) == 2  # "a" and "c"
+    after = _blocks(store, "u")
+    assert set(after) == {(kind, "enc", 0), (kind, "enc", 2)}  # block 1 emptied, bm25 and old model gone
+    assert vector_blocks.decode(after[(kind, "enc", 0)])[0] == ["key-of-b"]
+    assert after[(kind, "enc", 2)] == untouched
+
+    assert store.forget("t", "u", [2]) == 1  # no vector keys: every block goes
+    assert _blocks(store, "u") == {}
+    store.add("t", "v", new("e"))
+    blocks = store.derived("t", "v", _scratch(), store.snapshot("t", "v").generation).storage.blocks()
+    assert blocks.write(kind, "enc", {0: _vector_block("e")})
+    store.forget("t", "v")  # forget-all
+    assert _blocks(store, "v") == {}
+
+
+def test_maintenance_leaves_no_forgotten_block_in_the_table_files(store, postgres, pg_dsn):
+    canary = b"canary-block-5d1e-in-the-table-files"
+    store.add("t", "u", new("a", "kept"))
+    blocks = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation).storage.blocks()
+    assert blocks.write("bm25", "state", {0: canary * 4})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    assert postgres.files_containing(canary)
+    store.forget("t", "u", [1], vector_keys=_keys_by_text)
+    assert _blocks(store, "u") == {}
+    store.maintain()
+    assert postgres.files_containing(canary) == []

@@ -8,9 +8,16 @@ import dataclasses
 
 import pytest
 
+from lazymem.agent.entry import compose
 from lazymem.agent.inputs import Limits
-from lazymem.agent.memory import compose
-from lazymem.agent.settings import ConfigError, Settings, check_retention
+from lazymem.agent.settings import (
+    POSTGRES_STORE,
+    SQLITE_STORE,
+    ConfigError,
+    Settings,
+    check_retention,
+    refuse_gone_overrides,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +42,8 @@ def test_the_default_config_passes_and_is_typed(plain):
     s = Settings.from_cfg(compose())
     assert s == Settings.from_cfg(plain)
     assert s.agent.limits == Limits()  # the defaults of the class are the file's
-    assert s.agent.store.kind == "sqlite" and s.agent.store.pool_size == 8 and s.agent.retention_days is None
+    assert s.agent.store.target == SQLITE_STORE and s.agent.store.dir == s.agent.dir
+    assert s.agent.store.pool_size is None and s.agent.retention_days is None
     assert s.serve.port == 8321 and s.serve.log_level == "info" and s.serve.idle_timeout_s == 5.0
     assert (s.mcp.tenant, s.mcp.user) == ("mcp", "default")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -53,9 +61,8 @@ def test_an_override_on_the_command_line_is_checked():
 BAD = [
     ("agent.dir", "", "expected a non-empty string"),
     ("agent.dir", None, "expected a non-empty string"),
-    ("agent.store.kind", "mysql", "expected one of sqlite, postgres, got 'mysql'"),
-    ("agent.store.pool_size", 0, "expected an integer >= 1, got 0"),
-    ("agent.store.wait_s", 0, "expected a number of seconds > 0, got 0"),
+    ("agent.store._target_", "", "expected a non-empty string without spaces, got ''"),
+    ("agent.store.dir", None, "expected a non-empty string"),
     ("agent.store.idempotency_ttl_s", "1d", "expected a number of seconds > 0, got '1d'"),
     ("agent.max_open_users", -1, "expected an integer >= 1, got -1"),
     ("agent.max_open_users", True, "expected an integer >= 1, got True"),
@@ -121,9 +128,63 @@ def test_no_configuration_fails_every_request_later(plain):
         )
 
 
-def test_a_postgres_store_needs_a_dsn_that_parses_and_never_shows_it(plain):
-    postgres = with_value(plain, "agent.store.kind", "postgres")
-    with pytest.raises(ConfigError, match=r"^agent.store.dsn: .*needs one\), got null$"):
+@pytest.fixture(scope="module")
+def postgres():
+    """The default config with agent/store=postgres, as plain containers (no DSN in the environment)."""
+    from omegaconf import OmegaConf
+
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("LAZYMEM_STORE_DSN", raising=False)
+        return OmegaConf.to_container(compose(["agent/store=postgres"]), resolve=True)
+
+
+POSTGRES_BAD = [
+    ("agent.store.pool_size", 0, "expected an integer >= 1, got 0"),
+    ("agent.store.wait_s", 0, "expected a number of seconds > 0, got 0"),
+    ("agent.store.idempotency_ttl_s", None, "expected a number of seconds > 0, got null"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), POSTGRES_BAD, ids=[k for k, _, _ in POSTGRES_BAD])
+def test_each_bad_postgres_value_is_refused_naming_its_key(postgres, key, value, expected):
+    good = with_value(postgres, "agent.store.dsn", "postgresql://me@db.example:5432/lazymem")
+    with pytest.raises(ConfigError) as e:
+        Settings.from_cfg(with_value(good, key, value))
+    assert str(e.value) == f"{key}: {expected}"
+
+
+def test_the_store_group_lands_at_agent_store_and_each_store_takes_only_its_keys(plain, postgres):
+    assert "store" not in plain and plain["agent"]["store"]["_target_"] == SQLITE_STORE
+    assert postgres["agent"]["store"]["_target_"] == POSTGRES_STORE and "store" not in postgres
+    assert set(postgres["agent"]["store"]) == {"_target_", "dsn", "pool_size", "wait_s", "idempotency_ttl_s"}
+    sqlite_with_dsn = with_value(plain, "agent.store.dsn", "postgresql://me@db.example/lazymem")
+    with pytest.raises(ConfigError, match=r"^agent.store.dsn: unknown key \(known: _target_, dir, "):
+        Settings.from_cfg(sqlite_with_dsn)
+    postgres_with_dir = with_value(postgres, "agent.store.dsn", "postgresql://me@db.example/lazymem")
+    postgres_with_dir["agent"]["store"]["dir"] = "/tmp"
+    with pytest.raises(ConfigError, match=r"^agent.store.dir: unknown key"):
+        Settings.from_cfg(postgres_with_dir)
+    # a store class of your own gets its keys as they are: its constructor checks them
+    own = copy.deepcopy(plain)
+    own["agent"]["store"] = {"_target_": "my_pkg.MyStore", "anything": 1}
+    assert Settings.from_cfg(own).agent.store.target == "my_pkg.MyStore"
+
+
+def test_the_old_kind_switch_is_refused_naming_the_new_one(plain):
+    message = "agent.store.kind is gone: choose the store with agent/store=postgres (or agent/store=sqlite)"
+    for override in ("agent.store.kind=postgres", "+agent.store.kind=sqlite", "++agent.store.kind=x"):
+        with pytest.raises(ConfigError) as e:
+            refuse_gone_overrides(["serve.port=0", override])
+        assert str(e.value) == message
+    refuse_gone_overrides(["agent/store=postgres", "agent.store.kinds=1"])  # others pass
+    # a config that still carries the key (its own agent file, or an appended override) is refused too
+    with pytest.raises(ConfigError) as e:
+        Settings.from_cfg(compose(["+agent.store.kind=postgres"]))
+    assert str(e.value) == message
+
+
+def test_a_postgres_store_needs_a_dsn_that_parses_and_never_shows_it(postgres):
+    with pytest.raises(ConfigError, match=r"^agent.store.dsn: .*agent/store=postgres needs one\), got null$"):
         Settings.from_cfg(postgres)
     secret = "user:hunter2-password@nowhere no-equals-sign"
     with pytest.raises(ConfigError) as e:
@@ -131,8 +192,8 @@ def test_a_postgres_store_needs_a_dsn_that_parses_and_never_shows_it(plain):
     assert str(e.value).startswith("agent.store.dsn: ") and "hunter2" not in str(e.value)
     good = with_value(postgres, "agent.store.dsn", "postgresql://me@db.example:5432/lazymem")
     assert Settings.from_cfg(good).agent.store.dsn == "postgresql://me@db.example:5432/lazymem"
-    # with sqlite a dsn set in the environment is not used, and not checked beyond its type
-    assert Settings.from_cfg(with_value(plain, "agent.store.dsn", "anything")).agent.store.kind == "sqlite"
+    with pytest.raises(ConfigError, match=r"^agent.store.dsn: .*got ' '$"):
+        Settings.from_cfg(with_value(postgres, "agent.store.dsn", " "))
 
 
 def test_unknown_and_missing_keys_are_refused(plain):
@@ -141,8 +202,8 @@ def test_unknown_and_missing_keys_are_refused(plain):
     with pytest.raises(ConfigError, match=r"^serve.max_body_byte: unknown key \(known: .*max_body_bytes"):
         Settings.from_cfg(typo)
     gone = copy.deepcopy(plain)
-    del gone["agent"]["store"]["wait_s"]
-    with pytest.raises(ConfigError, match=r"^agent.store.wait_s: missing"):
+    del gone["agent"]["store"]["idempotency_ttl_s"]
+    with pytest.raises(ConfigError, match=r"^agent.store.idempotency_ttl_s: missing"):
         Settings.from_cfg(gone)
     with pytest.raises(ConfigError, match=r"^mcp: expected a mapping, got 'x'"):
         Settings.from_cfg(with_value(plain, "mcp", "x"))

@@ -1,8 +1,8 @@
 """The SQLite store (lazymem/agent/sqlite_store.py): atomic adds under kill -9, writers in several processes
 and threads at once, forget and purge that leave no deleted text in any file, per-tenant ids, the
 migration of a version-1 file (one id counter for all tenants) that keeps every id a client holds and of a
-version-2 file (before idempotency keys), an add of a key that waits for another process's add of it, and
-a write lock held too long that is StoreUnavailable, not an error of the store."""
+version-2 file (before idempotency keys and blocks), an add of a key that waits for another process's add
+of it, and a write lock held too long that is StoreUnavailable, not an error of the store."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import pytest
 
 from lazymem.agent import sqlite_store
 from lazymem.agent.errors import StoreUnavailable
-from lazymem.agent.sqlite_store import VERSION, SQLiteStore
+from lazymem.agent.schema import VERSION
+from lazymem.agent.sqlite_store import SQLiteStore
 from lazymem.agent.store import Added, Idempotency, NewMessage, UnknownMessages
 
 from agent_helpers import files_containing
@@ -242,7 +243,8 @@ def test_a_version_2_file_is_migrated_with_its_messages_ids_and_sources(tmp_path
     assert store.add("t", "u", [new("next")], key) == Added(added.ids, 0, replayed=True)
     store.close()
     conn = sqlite3.connect(tmp_path / "memory.sqlite")
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(3,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(4,)]
+    assert conn.execute("SELECT COUNT(*) FROM blocks").fetchone() == (0,)  # version 4's table
     conn.close()
 
 

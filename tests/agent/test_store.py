@@ -1,43 +1,69 @@
-"""The storage contract (lazymem/agent/store.py): `agent.store` names the store, and a wrong name or a
-missing DSN fails with the key to set; what every store promises, tried on both: aliases, idempotency keys
-and readiness among them."""
+"""The storage contract (lazymem/agent/store.py): the config group conf/agent/store/ builds each store by its
+`_target_`, and the contract module names no store; what every store promises, tried on both: aliases,
+idempotency keys and readiness among them."""
 
 from __future__ import annotations
 
+import ast
+import socket
 import sqlite3
 import time
 from contextlib import closing
 
 import pytest
+from hydra.errors import InstantiationException
 
-from lazymem.agent.errors import BadInput, IdempotencyConflict
+from lazymem.agent.entry import compose
+from lazymem.agent.errors import BadInput, IdempotencyConflict, StoreUnavailable
 from lazymem.agent.sqlite_store import SQLiteStore
 from lazymem.agent.store import Added, Idempotency, NewMessage, Readiness, Snapshot, open_store
 
+from helpers import ROOT
 
-def test_open_store_names_its_kinds(tmp_path, pg_dsn):
-    lite = open_store({"kind": "sqlite", "idempotency_ttl_s": 60}, tmp_path)
+
+def test_the_store_group_builds_each_store_with_its_keys(tmp_path, pg_dsn):
+    lite = open_store(compose([f"agent.dir={tmp_path}", "agent.store.idempotency_ttl_s=60"]).agent.store)
     assert type(lite).__name__ == "SQLiteStore" and lite.idempotency_ttl_s == 60
+    assert lite.path == tmp_path / "memory.sqlite"
     lite.close()
-    pg = open_store({"kind": "postgres", "dsn": pg_dsn, "wait_s": 1.5, "idempotency_ttl_s": 60}, tmp_path)
-    assert pg.derived_in_store and (pg.wait_s, pg.idempotency_ttl_s) == (1.5, 60)
+    overrides = ["agent/store=postgres", f"agent.store.dsn={pg_dsn}", "agent.store.wait_s=1.5"]
+    pg = open_store(compose([*overrides, "agent.store.idempotency_ttl_s=60"]).agent.store)
+    assert type(pg).__name__ == "PostgresStore" and pg.derived_in_store
+    assert (pg.wait_s, pg.idempotency_ttl_s) == (1.5, 60)
     pg.close()
-    with pytest.raises(ValueError, match="needs agent.store.dsn"):
-        open_store({"kind": "postgres", "dsn": None}, tmp_path)
-    with pytest.raises(ValueError, match="expected sqlite or postgres"):
-        open_store({"kind": "mongo"}, tmp_path)
+
+
+def test_a_store_that_fails_to_open_raises_its_own_error(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"postgresql://lazymem@127.0.0.1:{s.getsockname()[1]}/db"
+    down = compose(["agent/store=postgres", f"agent.store.dsn={nowhere}", "agent.store.wait_s=0.5"])
+    with pytest.raises(StoreUnavailable, match="no connection within 0.5s"):
+        open_store(down.agent.store)
+    bad_key = compose([f"agent.dir={tmp_path}", "+agent.store.colour=red"])
+    with pytest.raises(InstantiationException, match="colour"):  # the config's fault: Hydra's error
+        open_store(bad_key.agent.store)
+
+
+def test_the_contract_names_no_store():
+    """store.py is what the stores import: an import of either from it would be a circle."""
+    tree = ast.parse((ROOT / "lazymem" / "agent" / "store.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not {m for m in imported if m.endswith(("sqlite_store", "postgres_store", "schema"))}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def open_any(request, tmp_path):
-    """Opens a store of each kind with the given `agent.store` keys (closed after the test)."""
+    """Opens a store of each kind with the given constructor keywords (closed after the test)."""
     opened = []
 
-    def open_(**cfg):
-        cfg["kind"] = request.param
+    def open_(**kwargs):
         if request.param == "postgres":
-            cfg["dsn"] = request.getfixturevalue("pg_dsn")
-        opened.append(open_store(cfg, tmp_path))
+            from lazymem.agent.postgres_store import PostgresStore
+
+            opened.append(PostgresStore(request.getfixturevalue("pg_dsn"), **kwargs))
+        else:
+            opened.append(SQLiteStore(tmp_path, **kwargs))
         return opened[-1]
 
     yield open_

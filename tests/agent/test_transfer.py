@@ -90,7 +90,7 @@ def test_a_longmemeval_history_round_trips_into_another_store(lme_s, tmp_path, p
     dump = tmp_path / "export.jsonl"
     dump.write_text(exported.stdout)
 
-    pg = (f"agent.dir={tmp_path / 'pg'}", "agent.store.kind=postgres", f"agent.store.dsn={pg_dsn}")
+    pg = (f"agent.dir={tmp_path / 'pg'}", "agent/store=postgres", f"agent.store.dsn={pg_dsn}")
     assert cli("import", str(dump), *pg, tmp=tmp_path).returncode == 0
     again = cli("export", user.user_id, *pg, tmp=tmp_path)
     moved = [json.loads(line) for line in again.stdout.splitlines()]
@@ -152,7 +152,8 @@ def test_export_with_vectors_and_import_move_a_users_vectors_through_the_cli(tmp
     (In this process: the subprocess form of both commands is tested above.)"""
     from lazymem import Memory
     from lazymem.agent.transfer import main
-    from lazymem.retrieval.embed_cache import EmbeddingCache
+    from lazymem.agent.user_retrieval import LocalUserStorage
+    from lazymem.agent.vector_blocks import decode
 
     texts = ["My bike is red.", "I ski in winter.", "My locker code is 4711."]
     cache = f"paths.cache={tmp_path / 'cache'}"
@@ -171,7 +172,14 @@ def test_export_with_vectors_and_import_move_a_users_vectors_through_the_cli(tmp
     target = tmp_path / "target"
     assert main("import", [str(dump), f"agent.dir={target}", cache]) == 0
     (user_dir,) = (target / "users").iterdir()
-    assert EmbeddingCache(user_dir).count() == len(texts)  # stored by the import: nothing indexed it
+    blocks = LocalUserStorage(user_dir).blocks()
+    stored = [
+        key
+        for name in blocks.names("vectors")
+        for data in blocks.read("vectors", name).values()
+        for key in decode(data)[0]
+    ]
+    assert len(stored) == len(texts)  # stored by the import: nothing indexed it
 
     (model,) = lines[1]["vectors"]
     lines[1]["vectors"] = {model: dict.fromkeys(lines[1]["vectors"][model], "AACAPw==")}  # one float, 1.0
@@ -380,7 +388,7 @@ def test_an_unknown_format_is_a_one_line_usage_error(tmp_path):
 def test_a_database_that_is_down_says_to_check_the_dsn(tmp_path):
     source = write_jsonl(tmp_path / "history.jsonl", ["one"])
     down = [
-        "agent.store.kind=postgres",
+        "agent/store=postgres",
         f"agent.store.dsn=postgresql://lazymem@127.0.0.1:{free_port()}/lazymem",
         "agent.store.wait_s=1",
         f"agent.dir={tmp_path / 'pg'}",

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from lazymem.agent.inputs import BadInput
+from lazymem.agent.vector_blocks import decode as decode_block
 from lazymem.agent.vectors import decode, encode, for_export, for_import
 from lazymem.data.schema import Message
 
@@ -124,7 +125,7 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
     (model,) = {m for line in lines for m in line["vectors"]}
     assert "all-minilm-l6-v2" in model and all(len(line["vectors"][model]) == 1 for line in lines)
 
-    pg = ["agent.store.kind=postgres", f"agent.store.dsn={pg_dsn}", f"agent.dir={tmp_path / 'pg'}"]
+    pg = ["agent/store=postgres", f"agent.store.dsn={pg_dsn}", f"agent.dir={tmp_path / 'pg'}"]
     with Memory.from_config([*common, *pg]) as target:
         encoded: list[str] = []
         encoder = target.retriever.retrievers["dense"].encoder
@@ -141,9 +142,11 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
         moved = [dict(line, source=f"dump:{n}") for n, line in enumerate(lines, 1)]
         assert target.import_("kim", moved).stored == len(texts)
         with psycopg.connect(pg_dsn) as conn:
-            stored = conn.execute("SELECT key, value FROM derived WHERE kind = 'embedding'").fetchall()
+            blocks = conn.execute("SELECT data FROM blocks WHERE kind = 'vectors'").fetchall()
+        stored = [pair for (data,) in blocks for pair in zip(*decode_block(bytes(data)), strict=True)]
         carried = {k: v for line in lines for k, v in line["vectors"][model].items()}
-        assert {k: base64.b64encode(bytes(v)).decode() for k, v in stored} == carried  # "ok" once: one key
+        assert {k: base64.b64encode(v.tobytes()).decode() for k, v in stored} == carried  # "ok" once: one key
+        assert len(stored) == len(carried)
 
         assert target.index_pending() == 1
         assert "red" in target.query("kim", "What colour is my bike?").text

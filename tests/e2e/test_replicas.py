@@ -1,15 +1,18 @@
-"""Two `lazymem serve` replicas on one real PostgreSQL (agent.store.kind=postgres): what one writes the
+"""Two `lazymem serve` replicas on one real PostgreSQL (agent/store=postgres): what one writes the
 other reads, a forget through one leaves no row and no file on either, and kill -9 of a replica during
 adds loses no acknowledged write."""
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 
 import httpx
 import psycopg
 import pytest
+
+from lazymem.agent.vector_blocks import decode
 
 from agent_helpers import Service, files_containing
 
@@ -25,7 +28,7 @@ def replicas(tmp_path, pg_dsn):
     common = (
         "method=rag",
         f"serve.keys_file={keys}",
-        "agent.store.kind=postgres",
+        "agent/store=postgres",
         f"agent.store.dsn={pg_dsn}",
         "serve.maintain_every_s=0.5",
         "serve.refresh_every_s=0.5",
@@ -62,30 +65,69 @@ def test_a_write_through_one_replica_is_read_through_the_other(replicas):
     assert [m["id"] for m in one.get("/v1/users/ann/export").json()["messages"]] == ids + more
 
 
+def _blocks_holding(dsn: str, needle: bytes) -> list[str]:
+    """The kinds of the user's `blocks` rows whose data holds `needle` (read through SQL: decompressed)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT kind FROM blocks WHERE user_id = 'cat' AND position(%s::bytea IN data) > 0 ORDER BY kind",
+            (needle,),
+        ).fetchall()
+    return [kind for (kind,) in rows]
+
+
+def _until_maintained(postgres, *needles: bytes) -> None:
+    deadline = time.monotonic() + 60  # the next maintenance step rewrites the tables
+    while any(postgres.files_containing(n) for n in needles) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for needle in needles:
+        assert postgres.files_containing(needle) == [], needle
+
+
 def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgres, pg_dsn, tmp_path):
-    canary = "CANARY-replica-5d1e-forget-me"
+    """The canary message forgotten alone, then the whole user: after each, and the maintenance step, no
+    row and no table file holds its text, its vector's bytes, or its BM25 terms (the "bm25" blocks)."""
+    token = "zx5d1e9fq"  # one BM25 term, as the tokenizer keeps it
+    canary = f"CANARY-{token}-forget-me"
     one, two = (client(r) for r in replicas)
-    one.post("/v1/users/cat/messages", json=msgs("plain message", f"my locker code is {canary}"))
-    for c in (one, two):  # both replicas build their indexes and derived rows from it
+    ids = one.post(
+        "/v1/users/cat/messages", json=msgs("plain message", f"my locker code is {canary}")
+    ).json()["ids"]
+    for c in (one, two):  # both replicas build their indexes and derived blocks from it
         assert (
             canary
             in c.post("/v1/users/cat/query", json={"question": "What is my locker code?"}).json()["text"]
         )
-    with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM derived WHERE user_id = 'cat'").fetchone()[0] > 0
+    exported = one.get("/v1/users/cat/export", params={"vectors": "true"}).json()["messages"]
+    (vectors,) = [m["vectors"] for m in exported if canary in m["text"]]
+    (vector,) = [base64.b64decode(v) for by_key in vectors.values() for v in by_key.values()]
+    assert _blocks_holding(pg_dsn, vector) == ["vectors"]
+    assert _blocks_holding(pg_dsn, token.encode()) == ["bm25"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    # TOAST stores a block in chunks of about 2 kB: one of the vector's halves is whole in one of them
+    halves = (vector[: len(vector) // 2], vector[len(vector) // 2 :])
+    assert any(postgres.files_containing(half) for half in halves)  # the search does see the table files
 
-    assert one.delete("/v1/users/cat").json() == {"deleted": 2}
+    assert two.post("/v1/users/cat/forget", json={"message_ids": [ids[1]]}).json() == {"deleted": 1}
+    for c in (one, two):  # both rebuild (and store again) what the remaining message needs
+        assert "plain" in c.post("/v1/users/cat/query", json={"question": "plain?"}).json()["text"]
+    assert _blocks_holding(pg_dsn, vector) == [] and _blocks_holding(pg_dsn, token.encode()) == []
+    with psycopg.connect(pg_dsn) as conn:  # the other message's vector and terms stay, in blocks
+        kinds = conn.execute(
+            "SELECT DISTINCT kind FROM blocks WHERE user_id = 'cat' ORDER BY kind"
+        ).fetchall()
+    assert kinds == [("bm25",), ("vectors",)]
+    assert files_containing(canary.encode(), tmp_path / "r1", tmp_path / "r2") == []
+    _until_maintained(postgres, canary.encode(), *halves, token.encode())
+
+    assert one.delete("/v1/users/cat").json() == {"deleted": 1}
     with psycopg.connect(pg_dsn) as conn:
-        for table in ("messages", "derived", "generations"):
+        for table in ("messages", "derived", "blocks", "generations"):
             rows = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id = 'cat'").fetchone()[0]
             assert rows == 0, table
     assert two.post("/v1/users/cat/query", json={"question": "locker code?"}).status_code == 404
-    assert files_containing(canary.encode(), tmp_path / "r1", tmp_path / "r2") == []
-
-    deadline = time.monotonic() + 60  # the next maintenance step rewrites the tables
-    while postgres.files_containing(canary.encode()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert postgres.files_containing(canary.encode()) == []
+    assert files_containing(b"plain message", tmp_path / "r1", tmp_path / "r2") == []
+    _until_maintained(postgres, b"plain message")
 
 
 def test_kill_9_of_a_replica_during_adds_loses_no_acknowledged_write(replicas, pg_dsn):
@@ -117,9 +159,10 @@ def test_kill_9_of_a_replica_during_adds_loses_no_acknowledged_write(replicas, p
 
     def indexed() -> tuple[int, int]:
         with psycopg.connect(pg_dsn) as conn:
-            vectors = conn.execute(
-                "SELECT COUNT(*) FROM derived WHERE user_id = 'bulk' AND kind = 'embedding'"
-            ).fetchone()[0]
+            blocks = conn.execute(
+                "SELECT data FROM blocks WHERE user_id = 'bulk' AND kind = 'vectors'"
+            ).fetchall()
+            vectors = len({key for (data,) in blocks for key in decode(bytes(data))[0]})
             return vectors, conn.execute("SELECT COUNT(*) FROM pending").fetchone()[0]
 
     deadline = time.monotonic() + 300  # the survivor's indexer embeds what the killed one had not

@@ -75,11 +75,14 @@ def test_validate_and_preflight_ask_the_toy_backend(outside):
     )
 
 
-def evaluate(folder: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """`python -m lazymem.run task=evaluate` on the toy benchmark, method and backend, from `folder`."""
+def evaluate(
+    folder: Path, run_dir: Path, *overrides: str, task: str = "evaluate", method: str = "recent"
+) -> subprocess.CompletedProcess:
+    """`python -m lazymem.run task=evaluate` (or another `task`) on the toy benchmark, method and backend,
+    from `folder`."""
     env = {**os.environ, "PYTHONPATH": str(folder), "TOY_BENCH_DIR": str(folder)}
     env["LAZYMEM_CACHE"] = str(folder / "cache")
-    cmd = [sys.executable, "-m", "lazymem.run", "task=evaluate", "data=toy", "method=recent", "llm=toy"]
+    cmd = [sys.executable, "-m", "lazymem.run", f"task={task}", "data=toy", f"method={method}", "llm=toy"]
     cmd += [f"hydra.searchpath=[file://{folder / 'conf'}]", f"hydra.run.dir={run_dir}", "logger=none"]
     return subprocess.run(cmd + list(overrides), cwd=folder, env=env, capture_output=True, text=True)
 
@@ -130,9 +133,38 @@ def test_a_retriever_of_your_own_joins_the_fusion(outside):
     assert result.indices[0] == 0 and set(result.indices) == {0, 1, 2, 3}
 
 
+# the toy retriever with only the research hooks as the job's one retriever
+RECENCY_ONLY = (
+    "+retrieval/retriever@retrieval.retrievers.recency=recency",
+    "retrieval.retrievers.dense=null",
+    "retrieval.retrievers.bm25=null",
+)
+
+
+def test_a_retriever_with_only_the_research_hooks_runs_coverage_and_evaluate(outside, tmp_path):
+    """build, problems and gpu_keys are all a retriever needs for the research tasks."""
+    coverage = evaluate(outside, tmp_path / "coverage", *RECENCY_ONLY, "retrieval.n=2", task="coverage")
+    assert coverage.returncode == 0, coverage.stderr[-3000:]
+    report = json.loads((tmp_path / "coverage" / "coverage.json").read_text())
+    assert report["n"] == 2 and report["questions"] == 2
+    assert set(report["retrieval"]["query_s"]) >= {"recency", "total"}  # its own stage was timed
+    for top_k, verdict in ((3, "CORRECT"), (2, "WRONG")):  # the pet's message is the 3rd most recent
+        run_dir = tmp_path / f"rag{top_k}"
+        done = evaluate(outside, run_dir, *RECENCY_ONLY, f"method.top_k={top_k}", method="rag")
+        assert done.returncode == 0, done.stderr[-3000:]
+        records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+        assert [r["judge_raw"] for r in records] == [verdict, verdict]
+
+
 def test_a_retriever_with_its_own_per_user_cache_forgets_with_the_user(outside, tmp_path):
-    """Its per-user form writes into the user's storage only; a forget removes what it derived."""
+    """Its per-user form writes into the user's storage only, and appends after an add (the port's
+    `extend`); a forget removes what it derived."""
+    from toy_retriever import SeenRetriever
+
     from lazymem import Memory
+    from lazymem.retrieval.per_user import PerUserRetriever
+
+    assert isinstance(SeenRetriever(), PerUserRetriever)
 
     overrides = [
         f"hydra.searchpath=[file://{outside / 'conf'}]",
@@ -150,9 +182,13 @@ def test_a_retriever_with_its_own_per_user_cache_forgets_with_the_user(outside, 
         memory.query("bob", "anything?")
         seen = {p.read_text() for p in (tmp_path / "data").rglob("seen.txt")}
         assert seen == {"my canary is zq-4471", "nothing to see"}  # one file per user, in the user's storage
+        memory.add("bob", [{"role": "user", "text": "a second line"}])
+        memory.query("bob", "anything?")
+        seen = {p.read_text() for p in (tmp_path / "data").rglob("seen.txt")}
+        assert seen == {"my canary is zq-4471", "nothing to see\na second line"}
         memory.forget_all("alice")
         left = [p.read_text() for p in (tmp_path / "data").rglob("seen.txt")]
-        assert left == ["nothing to see"]
+        assert left == ["nothing to see\na second line"]
     assert not any("zq-4471" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())
 
 

@@ -1,5 +1,5 @@
 """retrieval/base.py: Ranking.head, top_k's order, ties and positive_only, message templates (check and
-render), the defaults of the Retriever and Reranker hooks, and UserStorage's embedding cache."""
+render), and the hooks of Retriever and Reranker with their defaults."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from lazymem.retrieval.base import (
     Reranker,
     Retriever,
     SearchResult,
-    UserStorage,
     check_template,
     render,
     top_k,
 )
-from lazymem.retrieval.embed_cache import EmbeddingCache
 
 MESSAGE = Message(7, "s2", "2024/03/05 (Tue) 10:00", "assistant", "Biscuit is a lovely name.")
 
@@ -115,16 +113,11 @@ def test_build_must_be_implemented_and_the_error_names_the_class():
         Mine().build([MESSAGE])
 
 
-def test_the_other_retriever_hooks_default_to_keeping_nothing(tmp_path):
-    r = Mine()
-    assert r.for_user(UserStorage(tmp_path / "alice")) is r  # the shared object serves every user
-    assert r.warm([MESSAGE]) == 0
-    assert r.problems("retrieval.retrievers.mine") == []
-    assert r.gpu_keys("retrieval.retrievers.mine") == []
-    assert r.close() is None
-    assert r.vector_keys([MESSAGE]) == {}  # no vectors: a partial deletion keeps none
-    assert r.vector_width("any-model") is None  # nor any width to check an import's vectors against
-    assert not (tmp_path / "alice").exists()  # nothing was derived for the user
+def test_a_retriever_has_only_the_three_research_hooks_and_two_default_to_nothing():
+    hooks = {name for name, value in vars(Retriever).items() if callable(value) and not name.startswith("_")}
+    assert hooks == {"build", "problems", "gpu_keys"}  # the agent's needs are lazymem.retrieval.per_user's
+    assert Mine().problems("retrieval.retrievers.mine") == []
+    assert Mine().gpu_keys("retrieval.retrievers.mine") == []
 
 
 def test_reranker_score_must_be_implemented_and_its_other_hooks_are_empty():
@@ -132,46 +125,3 @@ def test_reranker_score_must_be_implemented_and_its_other_hooks_are_empty():
         MyReranker().score("q", [MESSAGE])
     assert MyReranker().problems("retrieval.reranker") == []
     assert MyReranker().gpu_keys("retrieval.reranker") == []
-
-
-def test_user_storage_keeps_the_embedding_cache_in_its_folder(tmp_path):
-    storage = UserStorage(tmp_path / "users" / "alice")
-    cache = storage.embedding_cache()
-    assert isinstance(cache, EmbeddingCache)
-    assert cache.path == tmp_path / "users" / "alice" / "embeddings.sqlite"
-    cache.put("model-a", {"k": np.array([1.0, 0.0], dtype=np.float32)})
-    cache.close()
-    assert (tmp_path / "users" / "alice" / "embeddings.sqlite").is_file()
-    again = UserStorage(tmp_path / "users" / "alice").embedding_cache()
-    assert again.get("model-a", ["k"])["k"].tolist() == [1.0, 0.0]
-    again.close()
-    other = UserStorage(tmp_path / "users" / "bob").embedding_cache()
-    assert other.get("model-a", ["k"]) == {}  # another user's folder, another cache
-    other.close()
-
-
-def test_user_storage_is_frozen(tmp_path):
-    storage = UserStorage(tmp_path)
-    with pytest.raises(AttributeError):
-        storage.dir = tmp_path / "other"
-
-
-def test_keep_vectors_keeps_only_the_remaining_messages_vectors_and_no_other_file(tmp_path):
-    storage = UserStorage(tmp_path / "alice")
-    cache = storage.embedding_cache()
-    gone = np.full(8, 7.25, dtype=np.float32)  # a byte pattern to look for in the file afterwards
-    cache.put("enc", {"kept": np.ones(8, dtype=np.float32), "gone": gone})
-    cache.put("old-encoder", {"kept": np.zeros(8, dtype=np.float32)})
-    cache.close()
-    (tmp_path / "alice" / "llm.sqlite").write_bytes(b"a reply about the forgotten text")
-    (tmp_path / "alice" / "bm25").mkdir()
-    (tmp_path / "alice" / "bm25" / "index").write_text("terms")
-
-    storage.keep_vectors({"enc": {"gone"}})
-
-    assert sorted(p.name for p in (tmp_path / "alice").iterdir()) == ["embeddings.sqlite"]
-    again = storage.embedding_cache()
-    assert set(again.get("enc", ["kept", "gone"])) == {"kept"}
-    assert again.count("old-encoder") == 0  # a model the retrievers no longer name cannot be trimmed
-    again.close()
-    assert gone.tobytes() not in (tmp_path / "alice" / "embeddings.sqlite").read_bytes()

