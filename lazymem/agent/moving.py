@@ -111,34 +111,47 @@ class Moving:
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """`Memory.aexport_pages`: its ids are checked when the first page is wanted."""
         self.limits.check_ids(tenant, user_id)
-        after = 0
-        while True:
-            snapshot = await self.runtime.on_store(self.store.snapshot, tenant, user_id, after, page)
-            if not snapshot.messages:
-                if not after:
-                    raise UnknownUser(user_id)
-                return
-            out = [m.to_dict() for m in snapshot.messages]
-            if vectors and self.retrieval is not None:
-                async with self.users.lock(tenant, user_id):  # a forget does not delete them while read
-                    found = await self._read_vectors(tenant, user_id, snapshot)
-                for message, carried in zip(out, found, strict=True):
-                    if carried is not None:
-                        message["vectors"] = carried
-            yield out
-            if page is None or len(out) < page:
-                return
-            after = snapshot.messages[-1].id
+        after, cache = 0, None
+        try:
+            while True:
+                snapshot = await self.runtime.on_store(self.store.snapshot, tenant, user_id, after, page)
+                if not snapshot.messages:
+                    if not after:
+                        raise UnknownUser(user_id)
+                    return
+                out = [m.to_dict() for m in snapshot.messages]
+                if vectors and self.retrieval is not None:
+                    async with self.users.lock(tenant, user_id):  # a forget does not delete them while read
+                        if cache is None:
+                            cache = await self._open_cache(tenant, user_id, snapshot.generation)
+                        found = await self._read_vectors(cache, snapshot)
+                    for message, carried in zip(out, found, strict=True):
+                        if carried is not None:
+                            message["vectors"] = carried
+                yield out
+                if page is None or len(out) < page:
+                    return
+                after = snapshot.messages[-1].id
+        finally:
+            if cache is not None:
+                await self.runtime.on_indexer(cache.close)
 
-    async def _read_vectors(self, tenant: str, user_id: str, snapshot: Snapshot) -> list[Carried | None]:
-        """Each of the snapshot's messages' vectors in the user's embedding cache (under the user's lock)."""
+    async def _open_cache(self, tenant: str, user_id: str, generation: int) -> Any:
+        """The user's embedding cache, opened once for all the pages of an export: a cache of vector blocks
+        reads them all on its first lookup and later only the blocks a page's keys are in (opened per page,
+        an export of 100,000 messages read every block 100 times). None: a local folder not made yet (no
+        vectors; asked again on the next page)."""
         if not self.store.derived_in_store and not self.users.folder(tenant, user_id).exists():
-            return [None] * len(snapshot.messages)  # a local folder not made yet: no vectors
-        derived = self.users.derived(tenant, user_id, snapshot.generation)
+            return None
+        derived = self.users.derived(tenant, user_id, generation)
+        return await self.runtime.on_indexer(derived.storage.embedding_cache)
+
+    async def _read_vectors(self, cache: Any, snapshot: Snapshot) -> list[Carried | None]:
+        """Each of the snapshot's messages' vectors in the user's embedding cache (under the user's lock)."""
+        if cache is None:
+            return [None] * len(snapshot.messages)
         messages = [as_message(i, m) for i, m in enumerate(snapshot.messages)]
-        return await self._on_embedding_cache(
-            derived, lambda cache: for_export(self.retrieval, cache, messages)
-        )
+        return await self.runtime.on_indexer(for_export, self.retrieval, cache, messages)
 
     async def _store_vectors(self, tenant: str, user_id: str, vectors: Mapping[str, dict]) -> None:
         """Put imported vectors ({model: {key: vector}}) into the user's embedding cache (under the user's

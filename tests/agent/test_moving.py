@@ -87,3 +87,30 @@ def test_an_export_reads_page_by_page_and_a_page_read_later_sees_a_forget(tmp_pa
             next(memory.export_pages("nobody"))
         with pytest.raises(BadInput, match="user_id"):  # checked when the first page is wanted
             next(memory.export_pages(""))
+
+
+def test_an_export_with_vectors_opens_the_users_cache_once_and_a_forget_between_pages_holds(
+    tmp_path, monkeypatch
+):
+    from lazymem import Memory
+    from lazymem.agent.user_retrieval import LocalUserStorage
+    from lazymem.agent.vector_blocks import BlockEmbeddingCache
+
+    opened, closed = [], []
+    open_cache, close_cache = LocalUserStorage.embedding_cache, BlockEmbeddingCache.close
+    monkeypatch.setattr(LocalUserStorage, "embedding_cache", lambda s: opened.append(1) or open_cache(s))
+    monkeypatch.setattr(BlockEmbeddingCache, "close", lambda s: closed.append(1) or close_cache(s))
+    overrides = ["method=rag", f"agent.dir={tmp_path}", f"paths.cache={tmp_path / 'cache'}"]
+    with Memory.from_config(overrides) as memory:
+        ids = memory.add("kim", [{"role": "user", "text": f"note {t}"} for t in "abcde"])
+        memory.index_pending()
+        opened.clear(), closed.clear()
+        pages = memory.export_pages("kim", vectors=True, page=2)
+        first = next(pages)
+        assert (len(opened), len(closed)) == (1, 0)
+        memory.forget("kim", [ids[3]])  # its vector goes while the export's cache is open
+        opened.clear(), closed.clear()  # the forget opens and closes caches of its own
+        rest = [m for part in pages for m in part]
+        assert [m["text"] for m in [*first, *rest]] == ["note a", "note b", "note c", "note e"]
+        assert all(m.get("vectors") for m in [*first, *rest])  # the others' vectors were kept
+        assert (len(opened), len(closed)) == (0, 1)  # the later pages read the same cache, closed at the end
