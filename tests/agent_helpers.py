@@ -1,7 +1,11 @@
-"""Starting `lazymem serve` on a free port for tests/agent/ (and scanning folders for a canary)."""
+"""Starting `lazymem serve` on a free port for tests/agent/ (and scanning folders for a canary), and running
+`lazymem import` / `lazymem export` in the test's process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import signal
 import socket
@@ -11,6 +15,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from lazymem.agent import transfer
 
 from helpers import ROOT
 
@@ -66,3 +72,33 @@ class Service:
 
 def files_containing(needle: bytes, *dirs: Path) -> list[Path]:
     return [p for d in dirs for p in sorted(d.rglob("*")) if p.is_file() and needle in p.read_bytes()]
+
+
+def cli(*args: str, tmp, **kw) -> subprocess.CompletedProcess:
+    """`lazymem import|export ARGS` as the command line runs it (lazymem.run hands these commands to
+    transfer.main), in this process: a new process per call would cost seconds of imports each. With
+    `prefix` (a command to run it under), a process of its own."""
+    argv = [*args, f"paths.cache={tmp / 'cache'}"]
+    if kw:
+        return subprocess.run(
+            [*kw.pop("prefix", ()), sys.executable, "-m", "lazymem.run", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **kw,
+        )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = transfer.main(argv[0], argv[1:])
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def write_jsonl(path: Path, texts: list[str], mode: str = "w", **fields) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, mode) as f:
+        f.writelines(json.dumps({"role": "user", "text": t, **fields}) + "\n" for t in texts)
+    return path

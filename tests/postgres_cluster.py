@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -73,6 +74,21 @@ class Cluster:
         self.stop()
         self.start(init=False)
 
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server hung, not gone: the postmaster and every process it started stopped by SIGSTOP (its
+        sockets stay open, and the kernel still acknowledges what clients send), continued by SIGCONT on
+        leaving, whatever happens inside."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
     def dsn(self, db: str = "postgres") -> str:
         return f"postgresql://lazymem@127.0.0.1:{self.port}/{db}"
 
@@ -92,6 +108,19 @@ class Cluster:
             if path.is_file() and needle in path.read_bytes():
                 found.append(path)
         return found
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from lazymem.agent.errors import MaintenanceFailed
 from lazymem.agent.memory import Memory
 
 log = logging.getLogger(__name__)
@@ -78,20 +79,40 @@ class Maintenance:
     def __init__(self, memory: Memory, every_s: float):
         self.memory, self.every_s = memory, every_s
         self.last_success: float | None = None  # unix time the step last finished
+        self.last_failure: float | None = None  # unix time the step last failed
+        self.error: str | None = None  # the kind of the last round's failure (None: it succeeded)
 
     def status(self) -> dict:
-        return {"every_s": self.every_s, "last_success": self.last_success}
+        """The last success and failure; `failing` while the last round failed (the deletions since the
+        step last succeeded may still be in the store's files)."""
+        return {
+            "every_s": self.every_s,
+            "last_success": self.last_success,
+            "last_failure": self.last_failure,
+            "failing": self.error is not None,
+            "error": self.error,
+        }
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.every_s)
-            try:
-                await self.memory.amaintain()
-            except Exception as e:  # noqa: BLE001 - logged; the next round tries again
-                log.error("the store's maintenance step failed (%s); retrying in %gs", _kind(e), self.every_s)
-                log.debug("maintenance failure", exc_info=True)
-                continue
-            self.last_success = time.time()
+            await self.round()
+
+    async def round(self) -> bool:
+        """One maintenance step; whether it succeeded. A failure is logged, with what to do when the store
+        said it (MaintenanceFailed: the store's own words; another error's message may quote a row)."""
+        try:
+            await self.memory.amaintain()
+        except Exception as e:  # noqa: BLE001 - logged; the next round tries again
+            self.last_failure, self.error = time.time(), _kind(e)
+            said = f": {e}" if isinstance(e, MaintenanceFailed) else ""
+            log.error(
+                "the store's maintenance step failed (%s%s); retrying in %gs", _kind(e), said, self.every_s
+            )
+            log.debug("maintenance failure", exc_info=True)
+            return False
+        self.last_success, self.error = time.time(), None
+        return True
 
 
 class Refresh:
@@ -132,6 +153,30 @@ class Indexer:
             if users:
                 log.info("indexed the new messages of %d users", users)
             await asyncio.sleep(self.every_s)
+
+
+class Reembed:
+    """After a change of encoder, at start-up: marks the users whose vectors another encoder made for the
+    indexer, a page at a time while its backlog is short, until no user holds any
+    (Memory.reembedding, lazymem/agent/reembedding.py); then it stops. /health reports its `status`."""
+
+    def __init__(self, memory: Memory, every_s: float, retry_s: float = 60.0):
+        self.memory, self.every_s, self.retry_s = memory, every_s, retry_s
+
+    def status(self) -> dict:
+        reembedding = getattr(self.memory, "reembedding", None)  # a stand-in Memory may have none
+        return {"state": "off"} if reembedding is None else reembedding.status()
+
+    async def run(self) -> None:
+        reembedding = getattr(self.memory, "reembedding", None)
+        while reembedding is not None:
+            try:
+                await reembedding.run(self.every_s)
+                return
+            except Exception as e:  # noqa: BLE001 - a store outage, say: the scan starts again later
+                log.error("re-embedding failed (%s); retrying in %gs", _kind(e), self.retry_s)
+                log.debug("re-embedding failure", exc_info=True)
+            await asyncio.sleep(self.retry_s)
 
 
 def _kind(e: BaseException) -> str:

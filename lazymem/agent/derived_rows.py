@@ -203,7 +203,7 @@ def _append_legacy(
     while chunk := list(itertools.islice(items, block_size)):
         if width is None:
             width = next((len(v) // 4 for _, v in chunk if v and len(v) % 4 == 0), None)
-        for data in vector_blocks.legacy_blocks(chunk, block_size, width).values():
+        for data in vector_blocks.legacy_blocks(chunk, block_size, width, model).values():
             number += 1
             stored += vector_blocks.decode(data)[1].shape[0]
             conn.execute(

@@ -5,6 +5,7 @@ answers with. The same code reaches a client on every interface: the Python exce
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -71,13 +72,26 @@ class TooLarge(AgentError):
 class StoreUnavailable(AgentError):
     """The store could not be reached within the configured wait. The call most likely changed nothing,
     but a connection lost during its commit leaves that open: a retry is safe for an add with an
-    idempotency key (and for a forget), which is why every add should carry one."""
+    idempotency key (and for a forget), which is why every add should carry one.
+
+    `outage`: the store is down or does not answer (a lost connection, no answer in time, no connection
+    to be had), as opposed to busy (a lock or statement timeout: it answered, in time, that it could not
+    serve). An outage makes the next calls fail fast until the store is found up again."""
 
     code, status = "store_unavailable", 503
 
-    def __init__(self, reason: str, retry_after_s: float = 1.0):
+    def __init__(self, reason: str, retry_after_s: float = 1.0, outage: bool = True):
         super().__init__(reason)
-        self.retry_after_s = retry_after_s
+        self.retry_after_s, self.outage = retry_after_s, outage
+
+    def retry_after_header(self) -> str:
+        """The `Retry-After` header's value: whole seconds, at least 1."""
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
+class MaintenanceFailed(RuntimeError):
+    """A store's maintenance step could not make past deletions final (they stay marked for the next step).
+    Its message is the store's own words, what to grant or change, never a row's: it may be logged."""
 
 
 class ModelFailed(AgentError):

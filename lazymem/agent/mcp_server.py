@@ -55,6 +55,7 @@ from lazymem.agent.entry import load
 from lazymem.agent.errors import AgentError, BadInput
 from lazymem.agent.memory import Memory
 from lazymem.agent.settings import ConfigError
+from lazymem.agent.telemetry_mcp import trace_tool_calls
 
 logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -200,7 +201,7 @@ def build_server(memory: Memory, tenant: str, default_user: str) -> Server:
             "good, forget_all every memory of the user."
         ),
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_call_tool=trace_tool_calls(memory.telemetry, call_tool, tools),
     )
 
 

@@ -37,9 +37,20 @@ from lazymem.agent.moving import Imported, ImportStopped, Moving
 from lazymem.agent.open_users import OpenUsers
 from lazymem.agent.querying import Querying
 from lazymem.agent.recall import Recall
+from lazymem.agent.reembedding import Reembedding
 from lazymem.agent.runtime import Runtime, utc_now
-from lazymem.agent.settings import Settings
+from lazymem.agent.settings import Settings, finite
 from lazymem.agent.store import Derived, Idempotency, Readiness, Store, open_store
+from lazymem.agent.telemetry import (
+    CREATE_MEMORY,
+    DELETE_MEMORY,
+    EXPORT_MEMORY,
+    SEARCH_MEMORY,
+    UPSERT_MEMORY,
+    Telemetry,
+    traced,
+    traced_pages,
+)
 from lazymem.agent.user_retrieval import UserRetrieval
 from lazymem.llm.llm_set import LLMSet, ServerRegistry
 from lazymem.methods.base import Method
@@ -73,6 +84,7 @@ class Memory:
         limits: Limits | None = None,
         max_open_users: int = 64,
         max_open_messages: int = 250_000,
+        telemetry: Telemetry | None = None,
     ):
         if not isinstance(method, Method):
             raise TypeError(f"{type(method).__name__} is not a lazymem.methods.base.Method")
@@ -84,6 +96,8 @@ class Memory:
         # the shared retrieval composed per user; checks each entry for the per-user port
         self.user_retrieval = None if retriever is None else UserRetrieval(retriever)
         self.llm, self.dir, self.limits = dict(llm or {}), Path(dir), limits or Limits()
+        # traces and metrics (lazymem/agent/telemetry.py): off unless given, closed (flushed) with this Memory
+        self.telemetry = telemetry or Telemetry()
         # one set of model servers for every user, made here: users indexed in parallel must not race to it
         self._registry = (
             ServerRegistry(self.dir / "servers", self.llm.get("model_cache_dir")) if method.roles else None
@@ -96,6 +110,8 @@ class Memory:
         self._indexing = Indexing(store, rt, users, retriever is not None)
         self._moving = Moving(store, rt, users, self.limits, self.user_retrieval)
         self._forgetting = Forgetting(store, rt, users, self.user_retrieval)
+        # after a change of encoder: the users to embed again, and their other vectors to delete
+        self.reembedding = Reembedding(store, rt, users, self._indexing, self.user_retrieval, self.dir)
 
     @classmethod
     def from_config(cls, overrides: Sequence[str] = ()) -> Memory:
@@ -126,10 +142,12 @@ class Memory:
             agent.limits,
             agent.max_open_users,
             agent.max_open_messages,
+            Telemetry.from_settings(agent.telemetry),
         )
 
     # ---- async API
 
+    @traced(CREATE_MEMORY)
     async def aadd(
         self,
         user_id: str,
@@ -148,8 +166,10 @@ class Memory:
         batch = self.limits.check_messages(messages, utc_now())
         idempotency = None if key is None else Idempotency(key, request_digest(messages))
         added = await self._runtime.on_store(self.store.add, tenant, user_id, batch, idempotency)
+        self.telemetry.records(stored=added.stored, skipped=len(added.ids) - added.stored)  # a replay too
         return added.ids
 
+    @traced(UPSERT_MEMORY)
     async def aimport(
         self,
         user_id: str,
@@ -171,6 +191,7 @@ class Memory:
         self.limits.check_ids(tenant, user_id)
         return await self._moving.import_(tenant, user_id, messages, batch_size, progress, where)
 
+    @traced(SEARCH_MEMORY)
     async def aquery(
         self, user_id: str, question: str, now: str | None = None, *, tenant: str = DEFAULT_TENANT
     ) -> Recall:
@@ -181,6 +202,7 @@ class Memory:
             check_text("now", now, self.limits.max_id_chars)
         return await self._querying.query(tenant, user_id, question, now)
 
+    @traced(DELETE_MEMORY)
     async def aforget(
         self, user_id: str, message_ids: Iterable[int] = _REQUIRED, *, tenant: str = DEFAULT_TENANT
     ) -> int:
@@ -191,6 +213,7 @@ class Memory:
         ids = check_message_ids(None if message_ids is _REQUIRED else message_ids)
         return await self._forgetting.forget(tenant, user_id, ids)
 
+    @traced(DELETE_MEMORY)
     async def aforget_all(self, user_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
         """Delete every message of the user, everything derived from them and the user's idempotency keys;
         how many messages were deleted."""
@@ -210,6 +233,7 @@ class Memory:
         pages = self.aexport_pages(user_id, tenant=tenant, vectors=vectors, page=None)
         return [message async for part in pages for message in part]
 
+    @traced_pages(EXPORT_MEMORY)
     def aexport_pages(
         self, user_id: str, *, tenant: str = DEFAULT_TENANT, vectors: bool = False, page: int | None = 1000
     ) -> AsyncIterator[list[dict[str, Any]]]:
@@ -222,11 +246,10 @@ class Memory:
     async def apurge(self, older_than_days: float, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Retention: delete the tenant's messages stored more than `older_than_days` ago, with the derived
         data of every user who lost one; deletions per user (None: another process is purging now)."""
-        if isinstance(older_than_days, bool) or not isinstance(older_than_days, (int, float)):
-            raise BadInput("older_than_days must be a number")
-        if not older_than_days >= 0:  # also refuses NaN
-            raise BadInput("older_than_days must be >= 0")
-        return await self._forgetting.purge(tenant, time.time() - older_than_days * 86400)
+        days = finite(older_than_days)
+        if days is None or days < 0:  # also refuses NaN, the infinities and an int too large for a float
+            raise BadInput("older_than_days must be a finite number >= 0")
+        return await self._forgetting.purge(tenant, time.time() - days * 86400)
 
     async def aindex_pending(self, lease_s: float = 600.0, chunk: int = 256) -> int:
         """Embed what was added since each user's last indexing, user after user, until none is pending;
@@ -235,6 +258,12 @@ class Memory:
         run in between: it embeds whatever is still missing itself. The service runs this in the
         background (serve.index_every_s); a script may call it after a bulk add."""
         return await self._indexing.pending(lease_s, chunk)
+
+    async def areembed(self, lease_s: float = 600.0, chunk: int = 256) -> dict:
+        """After a change of encoder: embed again, under the current one, every user whose vectors another
+        encoder made, and delete those (lazymem/agent/reembedding.py); its status. The service does it in
+        the background at start-up; queries meanwhile use the current encoder only."""
+        return await self.reembedding.complete(lease_s, chunk)
 
     async def amaintain(self) -> None:
         """Make past deletions final in the store's files (on PostgreSQL: VACUUM FULL and a checkpoint)."""
@@ -286,16 +315,21 @@ class Memory:
     def maintain(self) -> None:
         return self._run(self.amaintain())
 
+    def reembed(self, **kw) -> dict:
+        return self._run(self.areembed(**kw))
+
     def index_pending(self, **kw) -> int:
         return self._run(self.aindex_pending(**kw))
 
     def close(self) -> None:
-        """Close every user's caches, stop the model servers this Memory started, close the store."""
+        """Close every user's caches, stop the model servers this Memory started, close the store, and
+        export what the telemetry still holds."""
         self.open_users.close()
         self._runtime.close()
         if self._registry is not None:
             self._registry.close()
         self.store.close()
+        self.telemetry.close()
 
     def __enter__(self) -> Memory:
         return self

@@ -12,7 +12,7 @@ from lazymem.agent.errors import BadInput, UnknownUser
 from lazymem.agent.inputs import EXPORT_ONLY_FIELDS, IMPORT_FIELDS, Limits
 from lazymem.agent.open_users import OpenUsers
 from lazymem.agent.runtime import Runtime, utc_now
-from lazymem.agent.store import Derived, Snapshot, Store
+from lazymem.agent.store import Added, Derived, NewMessage, Snapshot, Store
 from lazymem.agent.user_retrieval import UserRetrieval
 from lazymem.agent.user_state import as_message
 from lazymem.agent.vectors import Carried, for_export, for_import
@@ -20,14 +20,22 @@ from lazymem.agent.vectors import Carried, for_export, for_import
 
 @dataclass(frozen=True)
 class Imported:
-    """What an import did: messages written, and messages skipped as already stored (an earlier import of
-    the same source)."""
+    """What an import did: messages written, messages skipped as already stored (an earlier import of the
+    same source), and messages skipped because they were forgotten (a deletion left their key's digest:
+    lazymem/agent/store.py)."""
 
     stored: int = 0
     skipped: int = 0
+    forgotten: int = 0
 
     def __add__(self, other: Imported) -> Imported:
-        return Imported(self.stored + other.stored, self.skipped + other.skipped)
+        return Imported(
+            self.stored + other.stored, self.skipped + other.skipped, self.forgotten + other.forgotten
+        )
+
+    @property
+    def total(self) -> int:
+        return self.stored + self.skipped + self.forgotten
 
 
 class ImportStopped(BadInput):
@@ -79,7 +87,7 @@ class Moving:
         return done
 
     async def _batch(self, tenant, user_id, chunk, done: Imported, progress, where) -> Imported:
-        first = done.stored + done.skipped
+        first = done.total
         try:
             batch = self.limits.check_messages(
                 chunk, utc_now(), first, IMPORT_FIELDS, where, ignored=EXPORT_ONLY_FIELDS
@@ -100,11 +108,32 @@ class Moving:
         else:  # under the user's lock: this process's indexer reads the batch only with its vectors
             async with self.users.lock(tenant, user_id):
                 added = await self.runtime.on_store(self.store.add, tenant, user_id, batch)
-                await self._store_vectors(tenant, user_id, kept)
-        done += Imported(added.stored, added.skipped)
+                await self._store_vectors(tenant, user_id, self._without_forgotten(kept, batch, added))
+        done += Imported(added.stored, added.skipped, added.forgotten)
         if progress is not None:
-            progress(done.stored + done.skipped)
+            progress(done.total)
         return done
+
+    def _without_forgotten(
+        self, kept: dict[str, dict], batch: list[NewMessage], added: Added
+    ) -> dict[str, dict]:
+        """The carried vectors less those of the messages the store skipped as forgotten: nothing derived
+        from a forgotten message is stored again (a vector it shares with a message stored or already
+        stored, the same text, stays). None of them when the keys cannot be named."""
+        if not added.forgotten:
+            return kept
+        forgotten = [m for m, i in zip(batch, added.ids, strict=True) if i is None]
+        others = [m for m, i in zip(batch, added.ids, strict=True) if i is not None]
+        gone = self.retrieval.vector_keys([as_message(n, m) for n, m in enumerate(forgotten)])
+        stay = self.retrieval.vector_keys([as_message(n, m) for n, m in enumerate(others)])
+        if gone is None or stay is None:
+            return {}
+        return {
+            model: {
+                k: v for k, v in vectors.items() if k not in gone.get(model, ()) or k in stay.get(model, ())
+            }
+            for model, vectors in kept.items()
+        }
 
     async def pages(
         self, tenant: str, user_id: str, vectors: bool = False, page: int | None = 1000
@@ -183,4 +212,5 @@ class Moving:
 
 def _stored_before(done: Imported) -> str:
     skipped = f", {done.skipped} skipped as already stored" if done.skipped else ""
-    return f"{done.stored} messages of this import stored before it{skipped}"
+    forgotten = f", {done.forgotten} skipped as forgotten" if done.forgotten else ""
+    return f"{done.stored} messages of this import stored before it{skipped}{forgotten}"

@@ -17,13 +17,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lazymem.agent.errors import UnknownUser
+from lazymem.agent.errors import StoreUnavailable, UnknownUser
 from lazymem.agent.runtime import Runtime
 from lazymem.agent.store import Derived, Store
 from lazymem.agent.user_retrieval import LocalUserStorage, UserRetrieval
 from lazymem.agent.user_state import UserState
 
 Key = tuple[str, str]  # (tenant, user id)
+LOCK_POLL_S = 0.1  # how often a call waiting for a user's lock looks whether the store is reachable
+
+
+def user_digest(tenant: str, user_id: str) -> str:
+    """A digest of a tenant and user id: the name of the user's folder, and the memory's id in telemetry
+    (lazymem/agent/telemetry.py), so that neither shows the id."""
+    return hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
 
 
 class OpenUsers:
@@ -58,19 +65,20 @@ class OpenUsers:
     def get(self, key: Key) -> UserState | None:
         return self._users.get(key)
 
-    def lock(self, tenant: str, user_id: str) -> asyncio.Lock:
+    def lock(self, tenant: str, user_id: str) -> UserLock:
         """One query or forget at a time per user, so a forget never races a query that would write
-        derived data of the forgotten messages after it."""
+        derived data of the forgotten messages after it. Waiting for it ends with StoreUnavailable once the
+        store is known to be unreachable: the holder may be waiting on the store itself, and every call
+        behind it would otherwise wait its turn for the same answer."""
         key = (tenant, user_id)
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
-        return lock
+        return UserLock(lock, self.store.unreachable)
 
     def folder(self, tenant: str, user_id: str) -> Path:
         """A folder named by a hash: ids never become paths or file names."""
-        digest = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()[:32]
-        return self.dir / "users" / digest
+        return self.dir / "users" / user_digest(tenant, user_id)
 
     def derived(self, tenant: str, user_id: str, generation: int) -> Derived:
         """Where the store keeps what is derived from the user's messages at `generation`."""
@@ -103,7 +111,9 @@ class OpenUsers:
         state = self._users.get(key)
         if state is None:
             derived = self.derived(tenant, user_id, generation)
-            retriever = None if self.retrieval is None else self.retrieval.for_user(derived.storage)
+            retriever = None
+            if self.retrieval is not None:  # in the indexer thread: opening the caches may read the store
+                retriever = await self.runtime.on_indexer(self.retrieval.for_user, derived.storage)
             state = self._users[key] = UserState(generation, retriever, self.llms(derived))
             self._held[key] = generation
         self._users.move_to_end(key)
@@ -152,3 +162,29 @@ class OpenUsers:
         states, self._users = list(self._users.values()), OrderedDict()
         for state in states:
             self.runtime.to_indexer(state.close).result()
+
+
+class UserLock:
+    """`async with` a user's lock: acquired, or StoreUnavailable as soon as `unreachable()` gives a reason
+    while waiting (looked at every LOCK_POLL_S)."""
+
+    def __init__(self, lock: asyncio.Lock, unreachable: Callable[[], str | None]):
+        self.lock, self.unreachable = lock, unreachable
+
+    async def __aenter__(self) -> None:
+        if not self.lock.locked():
+            await self.lock.acquire()
+            return
+        waiting = asyncio.ensure_future(self.lock.acquire())
+        try:
+            while not (await asyncio.wait({waiting}, timeout=LOCK_POLL_S))[0]:
+                why = self.unreachable()
+                if why is not None:
+                    raise StoreUnavailable(f"gave up waiting for the user's previous call: {why}")
+        except BaseException:
+            waiting.cancel()  # asyncio.Lock hands the lock on to the next waiter if it was granted meanwhile
+            raise
+        waiting.result()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.lock.release()

@@ -17,14 +17,15 @@ One replica at a time runs the retention purge and the maintenance step (advisor
 
 "No trace" on PostgreSQL: after a forget no row holds the text or anything derived from it. DELETE leaves
 dead tuples in the table's pages until they are vacuumed, so `maintain` (the service runs it every
-serve.maintain_every_s) rewrites the tables with VACUUM FULL and takes a checkpoint. WAL segments and
-backups keep the text until they are recycled or expire: docs/agent-scale.md says how an operator shortens
-that.
+serve.maintain_every_s; lazymem/agent/postgres_maintenance.py) rewrites the tables with VACUUM FULL and takes
+a checkpoint. WAL segments and backups keep the text until they are recycled or expire:
+docs/agent-scale.md says how an operator shortens that.
 
 Faults (lazymem/agent/postgres_pool.py): a call the database cannot serve in `wait_s` raises
 StoreUnavailable. A deletion's own work (forget, purge) is not cut by the statement timeout, as its size
-is the user's or the tenant's: only its waits for locks are (lock_timeout); maintenance and migrations
-have no timeout. The schema and its migrations are lazymem/agent/schema.py's.
+is the user's or the tenant's: only its waits for locks are (lock_timeout), and the server's answering
+(lazymem/agent/postgres_watch.py); maintenance and migrations have no timeout. The schema and its
+migrations are lazymem/agent/schema.py's.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from psycopg import Connection
 
 from lazymem.agent.derived_rows import DerivedRows, RowsLLMCache, RowsUserStorage, drop_derived
 from lazymem.agent.errors import IdempotencyConflict
+from lazymem.agent.postgres_maintenance import maintain
 from lazymem.agent.postgres_pool import Pool
 from lazymem.agent.schema import (
     INSERT_COLUMNS,
@@ -57,14 +59,15 @@ from lazymem.agent.store import (
     StoredMessage,
     VectorKeys,
     already_stored,
+    new_key,
+    tombstone_checks,
+    tombstones,
 )
 
 # The database's clock as unix time, as every stored time is
 _NOW = POSTGRES.now
 # Advisory lock keys (any constants unique within the database).
-_MIGRATE_LOCK, _PURGE_LOCK, _MAINTAIN_LOCK = 72_001, 72_002, 72_003
-# The tables a maintenance step rewrites: every one that holds message text or what is derived from it.
-_TEXT_TABLES = ("messages", "derived", "blocks", "generations", "pending")
+_MIGRATE_LOCK, _PURGE_LOCK = 72_001, 72_002  # and postgres_maintenance.MAINTAIN_LOCK
 
 
 class PostgresStore:
@@ -72,14 +75,22 @@ class PostgresStore:
 
     derived_in_store = True  # derived data: rows of `derived` and `blocks`; the user folders are scratch
 
-    def __init__(self, dsn: str, pool_size: int = 8, wait_s: float = 3.0, idempotency_ttl_s: float = 86400.0):
+    def __init__(
+        self,
+        dsn: str,
+        pool_size: int = 8,
+        wait_s: float = 3.0,
+        idempotency_ttl_s: float = 86400.0,
+        forgotten_ttl_s: float | None = None,
+    ):
         """Fails with StoreUnavailable when the database cannot be reached within `wait_s`."""
         self.wait_s, self.idempotency_ttl_s = wait_s, idempotency_ttl_s
+        self.forgotten_ttl_s = forgotten_ttl_s
         self.pool = Pool(dsn, pool_size, wait_s)
         # a pooled connection in a transaction (StoreUnavailable when the database does not serve in time)
         self.connection = self.pool.connection
         try:
-            with self.connection() as conn:
+            with self.connection(unbounded=True) as conn:
                 migrate(conn)
         except BaseException:
             self.pool.close()
@@ -112,16 +123,21 @@ class PostgresStore:
                 else []
             )
             known = {source: tuple(rest) for source, *rest in rows}
-            ids, rows = [], []
+            forgotten = _forgotten(conn, tenant, user, messages)
+            ids: list[int | None] = []
+            rows = []
             for n, m in enumerate(messages):
                 stored = already_stored(m, known)
                 if stored is not None:
                     ids.append(stored)
                     continue
-                if m.source is not None:  # a source named twice in one batch is stored once
-                    known[m.source] = (first + n, m.role, m.text)
+                if not forgotten.isdisjoint(tombstone_checks(m)):
+                    ids.append(None)
+                    continue
+                source = m.source or new_key()
+                known[source] = (first + n, m.role, m.text)  # a source named twice in one batch: stored once
                 ids.append(first + n)
-                rows.append((tenant, user, first + n, m.session_id, m.time, m.role, m.text, m.source))
+                rows.append((tenant, user, first + n, m.session_id, m.time, m.role, m.text, source))
             if rows:
                 with conn.cursor() as cur:
                     cur.executemany(
@@ -145,11 +161,12 @@ class PostgresStore:
                     "UPDATE idempotency SET ids = %s WHERE tenant = %s AND user_id = %s AND key = %s",
                     (ids, tenant, user, idempotency.key),
                 )
-        return Added(ids, len(rows))
+        return Added(ids, len(rows), forgotten=ids.count(None))
 
     def ready(self) -> Readiness:
         """Answers within a second: half of it (or `wait_s`, if shorter) for a connection, and as much for
-        the query, so that a readiness probe learns of an outage in time."""
+        the query (on both sides: lazymem/agent/postgres_pool.py), so that a readiness probe learns of an
+        outage in time."""
         bound = min(0.5, self.wait_s)
         with self.connection(bound) as conn, conn.pipeline():  # both statements in one round trip
             conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{round(bound * 1000)}ms",))
@@ -159,6 +176,9 @@ class PostgresStore:
             )
             backlog, pending_s, claim_s = cur.fetchone()
         return Readiness(backlog, _age(pending_s), _age(claim_s))
+
+    def unreachable(self) -> str | None:
+        return self.pool.watch.down
 
     def claim_pending(self, lease_s: float) -> Claim | None:
         """Claimed in the database (FOR UPDATE SKIP LOCKED): replicas never wait on each other's claims."""
@@ -184,10 +204,35 @@ class PostgresStore:
                 (claim.tenant, claim.user),
             )
 
+    def users(self, after: tuple[str, str] | None = None, limit: int = 1000) -> list[tuple[str, str]]:
+        where, args = ("WHERE (tenant, user_id) > (%s, %s) ", after) if after is not None else ("", ())
+        with self.connection() as conn:
+            rows = conn.execute(
+                f"SELECT tenant, user_id FROM generations {where}ORDER BY tenant, user_id LIMIT %s",
+                (*args, limit),
+            ).fetchall()
+        return [(tenant, user) for tenant, user in rows]
+
+    def mark_pending(self, users: Sequence[tuple[str, str]]) -> int:
+        """In (tenant, user) order, as every writer of `pending` locks one user: replicas marking the same
+        users at once wait for each other instead of deadlocking, and the second marks none of them."""
+        if not users:
+            return 0
+        with self.connection() as conn:
+            return conn.execute(
+                "INSERT INTO pending (tenant, user_id, mark, since) "
+                f"SELECT g.tenant, g.user_id, nextval('pending_seq'), {_NOW} FROM generations g "
+                "JOIN unnest(%s::text[], %s::text[]) AS u(tenant, user_id) "
+                "ON g.tenant = u.tenant AND g.user_id = u.user_id ORDER BY g.tenant, g.user_id "
+                "ON CONFLICT (tenant, user_id) DO NOTHING",
+                ([t for t, _ in users], [u for _, u in users]),
+            ).rowcount
+
     def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
         with self.connection() as conn:
             rows = conn.execute(  # one statement: the messages and the generation of one moment
-                "SELECT g.generation, m.id, m.session_id, m.time, m.role, m.text, m.added FROM generations g "
+                "SELECT g.generation, m.id, m.session_id, m.time, m.role, m.text, m.added, m.source "
+                "FROM generations g "
                 "LEFT JOIN messages m ON m.tenant = g.tenant AND m.user_id = g.user_id AND m.id > %s "
                 "WHERE g.tenant = %s AND g.user_id = %s ORDER BY m.id LIMIT %s",  # LIMIT NULL: no limit
                 (after, tenant, user, limit),
@@ -211,7 +256,7 @@ class PostgresStore:
     def forget(
         self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
     ) -> int:
-        with self.connection() as conn:
+        with self.connection(unbounded=True) as conn:
             self._unbounded_work(conn)
             _lock_user(conn, tenant, user)
             if ids is None:
@@ -219,6 +264,7 @@ class PostgresStore:
                     "DELETE FROM messages WHERE tenant = %s AND user_id = %s", (tenant, user)
                 ).rowcount
                 conn.execute("DELETE FROM idempotency WHERE tenant = %s AND user_id = %s", (tenant, user))
+                conn.execute("DELETE FROM forgotten WHERE tenant = %s AND user_id = %s", (tenant, user))
                 _drop_derived(conn, tenant, user, None)
                 return deleted
             wanted = sorted(set(ids))
@@ -232,6 +278,7 @@ class PostgresStore:
                 (tenant, wanted),
             ).fetchall()
             gone = [StoredMessage(*row) for row in rows]
+            _leave_tombstones(conn, tenant, user, gone)
             _drop_derived(conn, tenant, user, None if vector_keys is None else vector_keys(user, gone))
         return len(gone)
 
@@ -239,7 +286,7 @@ class PostgresStore:
         self, tenant: str, before: float, vector_keys: VectorKeys | None = None
     ) -> dict[str, int] | None:
         """The users' idempotency keys stay until they expire."""
-        with self.connection() as conn:
+        with self.connection(unbounded=True) as conn:
             if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_PURGE_LOCK,)).fetchone()[0]:
                 return None  # another replica is purging
             self._unbounded_work(conn)
@@ -262,33 +309,15 @@ class PostgresStore:
                         (tenant, user, before),
                     ).fetchall()
                 ]
+                _leave_tombstones(conn, tenant, user, gone)
                 _drop_derived(conn, tenant, user, None if vector_keys is None else vector_keys(user, gone))
                 counts[user] = len(gone)
         return counts
 
     def maintain(self) -> None:
-        """Delete the expired idempotency keys; after deletions, rewrite the tables that held the text
-        (VACUUM FULL) and checkpoint, so no table file keeps a dead copy. Skipped when another replica
-        runs it; the rewrite is skipped when nothing was deleted since the last one."""
-        with self.connection() as conn:
-            conn.autocommit = True
-            try:
-                if not conn.execute("SELECT pg_try_advisory_lock(%s)", (_MAINTAIN_LOCK,)).fetchone()[0]:
-                    return
-                try:
-                    conn.execute("SET statement_timeout = 0")  # a rewrite takes as long as the table needs
-                    conn.execute(
-                        f"DELETE FROM idempotency WHERE created <= {_NOW} - %s", (self.idempotency_ttl_s,)
-                    )
-                    if conn.execute("UPDATE maintenance SET pending = false WHERE pending").rowcount:
-                        for table in _TEXT_TABLES:
-                            conn.execute(f"VACUUM FULL {table}")
-                        conn.execute("CHECKPOINT")
-                finally:
-                    conn.execute("RESET statement_timeout")
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (_MAINTAIN_LOCK,))
-            finally:
-                conn.autocommit = False
+        """lazymem/agent/postgres_maintenance.py: raises MaintenanceFailed when a step cannot be made."""
+        with self.connection(unbounded=True) as conn:
+            maintain(conn, self.idempotency_ttl_s, self.forgotten_ttl_s)
 
     def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:
         rows = DerivedRows(self.connection, tenant, user, generation)
@@ -358,6 +387,28 @@ def migrate(conn: Connection) -> int:
         conn.execute("UPDATE schema_version SET version = %s", (VERSION,))
     conn.commit()
     return before
+
+
+def _forgotten(conn: Connection, tenant: str, user: str, messages: Sequence[NewMessage]) -> set[str]:
+    """The tombstones among the digests that say one of `messages` was forgotten (store.tombstone_checks)."""
+    digests = [d for m in messages for d in tombstone_checks(m)]
+    if not digests:
+        return set()
+    rows = conn.execute(
+        "SELECT digest FROM forgotten WHERE tenant = %s AND user_id = %s AND digest = ANY(%s)",
+        (tenant, user, digests),
+    )
+    return {digest for (digest,) in rows}
+
+
+def _leave_tombstones(conn: Connection, tenant: str, user: str, gone: Sequence[StoredMessage]) -> None:
+    digests = [d for m in gone for d in tombstones(m)]
+    if digests:
+        conn.execute(
+            f"INSERT INTO forgotten (tenant, user_id, digest, created) SELECT %s, %s, d, {_NOW} "
+            "FROM unnest(%s::text[]) AS d ON CONFLICT DO NOTHING",
+            (tenant, user, digests),
+        )
 
 
 def _lock_user(conn: Connection, tenant: str, user: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
@@ -14,10 +15,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lazymem.agent.errors import BadInput
+from lazymem.agent.errors import BadInput, StoreUnavailable
 from lazymem.agent.memory import Memory
-from lazymem.agent.moving import ImportStopped
+from lazymem.agent.moving import Imported, ImportStopped
 from lazymem.agent.transfer import export_lines
+
+log = logging.getLogger(__name__)
 
 # ---- request and reply bodies (the OpenAPI schema)
 
@@ -74,6 +77,8 @@ class ForgetReply(BaseModel):
 
 class StoredMessageOut(RecalledMessage):
     added: float
+    # the key it was stored under: an import of the export skips what is stored, or forgotten, by it
+    source: str | None = None
     # with ?vectors=true: {model identity: {key: base64 float32}} (lazymem/agent/vectors.py)
     vectors: dict[str, dict[str, str]] | None = None
 
@@ -143,6 +148,7 @@ async def health(request: Request, memory: TheMemory) -> dict:
         "method": memory.method.name,
         "retention": state.retention.status(),
         "maintenance": state.maintenance.status(),
+        "reembedding": state.reembed.status(),
     }
 
 
@@ -158,12 +164,16 @@ async def ready(memory: TheMemory) -> ReadyReply:
 async def add(
     user_id: str,
     body: AddRequest,
+    request: Request,
     tenant: TenantName,
     memory: TheMemory,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> AddReply:
     """Store messages; their ids. With an `Idempotency-Key` header, a retry of the same body returns
-    the first add's ids and stores nothing; the key with another body is a 409."""
+    the first add's ids and stores nothing; the key with another body is a 409. Two such headers are a
+    400: which one the client meant cannot be told."""
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise BadInput("more than one Idempotency-Key header; send one")
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     ids = await memory.aadd(user_id, messages, tenant=tenant, idempotency_key=idempotency_key)
     return AddReply(ids=ids)
@@ -224,33 +234,39 @@ async def import_(user_id: str, request: Request, tenant: TenantName, memory: Th
     """A long history as NDJSON, one message per line (`role`, `text`, `time`?, `session_id`?,
     `source`?, `vectors`? as an export with vectors gives them), stored in batches as it streams in.
     A bad line stops the import with 400 naming its line and field, a body over serve.max_import_bytes
-    with 413; either way `stored` says how many messages before it are kept. Give each line a `source`
-    (e.g. "file:line") and a retried import skips what is already stored (`skipped` counts them)."""
-    stored = skipped = 0
+    with 413, the store going away with 503; whichever, `stored` says how many messages before it are kept.
+    Give each line a `source` (e.g. "file:line"; an export's lines carry the key each message was stored
+    under) and a retried import skips what is already stored (`skipped` counts them) and what was forgotten
+    since (`forgotten`)."""
+    done = Imported()
     max_line_bytes = request.app.state.settings.serve.max_body_bytes
     size = memory.limits.max_messages_per_add
 
-    def stopped(reason: str, status: int, code: str) -> JSONResponse:
-        detail = bounded(f"{reason} ({stored} messages of this import stored before it)")
-        return JSONResponse({"code": code, "detail": detail, "stored": stored}, status)
+    def stopped(reason: str, status: int, code: str, headers: dict | None = None) -> JSONResponse:
+        detail = bounded(f"{reason} ({done.stored} messages of this import stored before it)")
+        return JSONResponse({"code": code, "detail": detail, "stored": done.stored}, status, headers=headers)
 
     try:
         async for lines, batch in _ndjson_batches(request, max_line_bytes, size):
             where = [f"line {n}" for n in lines]
-            done = await memory.aimport(
+            done += await memory.aimport(
                 user_id, batch, tenant=tenant, batch_size=len(batch), where=where.__getitem__
             )
-            stored, skipped = stored + done.stored, skipped + done.skipped
     except ImportStopped as e:  # the batches of this call before the bad message are kept
-        stored += e.imported.stored
+        done += e.imported
         return stopped(e.reason, 400, "bad_input")
     except BadInput as e:
         return stopped(str(e), 400, "bad_input")
+    except StoreUnavailable as e:  # the batches before it are kept; the reason stays in the service's log
+        log.warning("store unavailable during an import: %s", e)
+        retry = {"Retry-After": e.retry_after_header()}
+        return stopped("the memory store is not reachable now; retry the import later", 503, e.code, retry)
     except StarletteHTTPException as e:
         if e.status_code != 413:
             raise
         return stopped(str(e.detail), 413, "too_large")
-    return JSONResponse({"stored": stored, "skipped": skipped}, status_code=201)
+    reply = {"stored": done.stored, "skipped": done.skipped, "forgotten": done.forgotten}
+    return JSONResponse(reply, status_code=201)
 
 
 async def _ndjson_batches(request: Request, max_line_bytes: int, batch_size: int):
@@ -287,6 +303,8 @@ def _ndjson_message(line: bytes, line_no: int) -> dict:
         message = json.loads(line)
     except ValueError:
         raise BadInput(f"line {line_no} is not a JSON object") from None
+    except RecursionError:
+        raise BadInput(f"line {line_no} is JSON nested too deep") from None
     if not isinstance(message, dict):
         raise BadInput(f"line {line_no} is not a JSON object")
     return message

@@ -7,9 +7,11 @@ sequences and its `derived` rows, SQLite's counters) is a step's per-dialect ext
 own SQL where the dialects really differ: upserts, locks, the maintenance step.
 
 Versions: 2 is the first schema both stores shared; 3 adds the adds' idempotency keys and the times a user
-became pending and was claimed; 4 adds `blocks`, a user's derived data as numbered blobs. SQLite counted
-them so already (its version 1 was a file from before per-tenant ids, which sqlite_store.py converts);
-PostgreSQL numbered the same schemas 1 and 2 before they were shared (`LEGACY_VERSIONS`).
+became pending and was claimed; 4 adds `blocks`, a user's derived data as numbered blobs; 5 gives every
+message a key (`source`: those added without one get a random key) and adds `forgotten`, the digests a
+deletion leaves of the keys it deleted (lazymem/agent/store.py), so that no import brings them back.
+SQLite counted them so already (its version 1 was a file from before per-tenant ids, which sqlite_store.py
+converts); PostgreSQL numbered the same schemas 1 and 2 before they were shared (`LEGACY_VERSIONS`).
 """
 
 from __future__ import annotations
@@ -145,6 +147,29 @@ STEPS = (
             # blocks out of line but not compressed: vectors do not compress, and the attempt made writes
             # 5x slower (and would hide a forgotten block's bytes from the canary tests' file search)
             "postgres": ("ALTER TABLE blocks ALTER COLUMN data SET STORAGE EXTERNAL",),
+        },
+    ),
+    Step(
+        5,
+        (
+            """CREATE TABLE forgotten (
+                tenant  TEXT NOT NULL,
+                user_id TEXT NOT NULL,
+                digest  TEXT NOT NULL,
+                created {real} NOT NULL,
+                PRIMARY KEY (tenant, user_id, digest)
+            )""",
+            "CREATE INDEX forgotten_by_age ON forgotten (created)",
+        ),
+        {
+            # a random key for each message stored without one, as the stores give new ones (store.new_key)
+            "sqlite": (
+                "UPDATE messages SET source = 'm1:' || lower(hex(randomblob(16))) WHERE source IS NULL",
+            ),
+            "postgres": (
+                "UPDATE messages SET source = 'm1:' || md5(random()::text || clock_timestamp()::text || "
+                "id::text) WHERE source IS NULL",
+            ),
         },
     ),
 )

@@ -12,7 +12,7 @@ and only ever reaches the users of that key's tenant:
   DELETE /v1/users/{user_id}           every message of the user -> {"deleted"}
   GET    /v1/users/{user_id}/export    ?vectors=true? ?format=ndjson? -> {"user_id", "messages"} (or NDJSON)
   POST   /v1/users/{user_id}/import    NDJSON, a message per line (+ "source"?, "vectors"?) -> {"stored",
-                                       "skipped"}
+                                       "skipped", "forgotten"}
   GET    /health (liveness: the process answers), GET /ready (readiness: the store answers, 503 if not)
 
 Every error is `{"code", "detail"}` with one code per kind of error (lazymem/agent/errors.py, the same codes
@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
@@ -44,13 +43,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lazymem.agent import http_server
-from lazymem.agent.background import Indexer, Maintenance, Refresh, Retention
+from lazymem.agent.background import Indexer, Maintenance, Reembed, Refresh, Retention
 from lazymem.agent.entry import load
 from lazymem.agent.errors import AgentError, BadInput, ModelFailed, StoreUnavailable
 from lazymem.agent.memory import Memory
 from lazymem.agent.middleware import BodyLimit, ValidPath
 from lazymem.agent.routes import bounded, router
 from lazymem.agent.settings import ConfigError, Settings
+from lazymem.agent.telemetry_http import FASTAPI_TELEMETRY_OFF, HttpTelemetry
 from lazymem.agent.tenants import Tenants
 from lazymem.construct.processor import StageError
 
@@ -71,17 +71,27 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
     shuts down. The routes (lazymem/agent/routes.py) find `memory`, `tenants` and `settings` on
     `app.state`, and /health the status of the retention and maintenance loops."""
     s = settings.serve
-    app = FastAPI(title="LazyMem", summary="Query-time memory construction for agents", lifespan=lifespan)
+    app = FastAPI(
+        title="LazyMem",
+        summary="Query-time memory construction for agents",
+        lifespan=lifespan,
+        telemetry=FASTAPI_TELEMETRY_OFF,
+    )
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes, max_import_bytes=s.max_import_bytes)
     app.add_middleware(ValidPath)
+    telemetry = getattr(memory, "telemetry", None)
+    if telemetry is not None and telemetry.enabled:  # outermost: it sees the replies of the two above too
+        app.add_middleware(HttpTelemetry, telemetry=telemetry)
     app.state.memory, app.state.tenants, app.state.settings = memory, tenants, settings
     app.state.retention = Retention(memory, lambda: tenants.all.values(), s.purge_every_s, s.purge_retry_s)
     app.state.maintenance = Maintenance(memory, s.maintain_every_s)
+    app.state.reembed = Reembed(memory, s.index_every_s)  # after a change of encoder; in /health
     app.state.loops = [
         app.state.retention,
         app.state.maintenance,
         Refresh(memory, s.refresh_every_s),
         Indexer(memory, s.index_every_s, settings.agent.index_lease_s),
+        app.state.reembed,
     ]
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(AgentError, agent_error)
@@ -131,7 +141,7 @@ def error_reply(exc: AgentError) -> JSONResponse:
     store said stays in the service's log: it names the database's address, no business of a client's."""
     headers, detail = None, bounded(str(exc))
     if isinstance(exc, StoreUnavailable):
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+        headers = {"Retry-After": exc.retry_after_header()}
         log.warning("store unavailable: %s", exc)
         detail = "the memory store is not reachable now; retry after Retry-After seconds (an add: same key)"
     return JSONResponse({"code": exc.code, "detail": detail}, exc.status, headers=headers)

@@ -28,10 +28,23 @@ class StoreSettings:
 
     target: str
     idempotency_ttl_s: float | None = None
+    forgotten_ttl_s: float | None = None
     dir: str | None = None
     dsn: str | None = None
     pool_size: int | None = None
     wait_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """`agent.telemetry`: OpenTelemetry traces and metrics over OTLP/HTTP (lazymem/agent/telemetry.py).
+    `endpoint` None: $OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4318."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    service_name: str = "lazymem"
+    metrics_every_s: float = 60.0
+    timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ class AgentSettings:
     index_lease_s: float
     retention_days: float | None
     limits: Limits
+    telemetry: TelemetrySettings = TelemetrySettings()
 
 
 @dataclass(frozen=True)
@@ -106,11 +120,24 @@ def check_retention(days: Any, where: str) -> float | None:
     the purge would otherwise fail on it later, for every tenant."""
     if days is None:
         return None
-    if isinstance(days, bool) or not isinstance(days, (int, float)) or not 0 <= days < math.inf:
+    value = finite(days)
+    if value is None or value < 0:
         raise ConfigError(
             f"{where}: expected a number of days >= 0 (or null: keep forever), got {_show(days)}"
         )
-    return float(days)
+    return value
+
+
+def finite(value: Any) -> float | None:
+    """`value` as a finite float; None for what is not a number (a bool is not), for NaN and the
+    infinities, and for an integer too large for a float (which `float()` refuses with OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def refuse_gone_overrides(overrides: Sequence[str]) -> None:
@@ -127,13 +154,19 @@ def _store(store: _Block) -> StoreSettings:
         raise ConfigError(STORE_KIND_GONE)
     target = store.text("_target_", spaces=False)
     if target == SQLITE_STORE:
-        settings = StoreSettings(target, store.seconds("idempotency_ttl_s"), dir=store.text("dir"))
+        settings = StoreSettings(
+            target,
+            store.seconds("idempotency_ttl_s"),
+            store.seconds("forgotten_ttl_s", nullable=True),
+            dir=store.text("dir"),
+        )
     elif target == POSTGRES_STORE:
         dsn = store.get("dsn")
         _check_dsn(dsn, store.key("dsn"))
         settings = StoreSettings(
             target,
             store.seconds("idempotency_ttl_s"),
+            store.seconds("forgotten_ttl_s", nullable=True),
             dsn=dsn,
             pool_size=store.integer("pool_size", 1),
             wait_s=store.seconds("wait_s"),
@@ -168,9 +201,43 @@ def _agent(block: _Block) -> AgentSettings:
         index_lease_s=block.seconds("index_lease_s"),
         retention_days=check_retention(block.get("retention_days"), block.key("retention_days")),
         limits=limits_settings,
+        telemetry=_telemetry(block.block("telemetry")),
     )
     block.done()
     return settings
+
+
+def _telemetry(block: _Block) -> TelemetrySettings:
+    endpoint = block.get("endpoint")
+    if endpoint is not None and not _http_url(endpoint):
+        shown = _show(endpoint) if isinstance(endpoint, str) and "@" not in endpoint else "a value not shown"
+        raise ConfigError(
+            f"{block.key('endpoint')}: expected an http:// or https:// URL such as http://127.0.0.1:4318 "
+            f"(the OTLP/HTTP receiver's base; null: $OTEL_EXPORTER_OTLP_ENDPOINT), got {shown}"
+        )
+    settings = TelemetrySettings(
+        enabled=block.boolean("enabled"),
+        endpoint=endpoint,
+        service_name=block.text("service_name", spaces=False),
+        metrics_every_s=block.seconds("metrics_every_s"),
+        timeout_s=block.seconds("timeout_s"),
+    )
+    block.done()
+    return settings
+
+
+def _http_url(value: Any) -> bool:
+    """An http(s) URL with a host, no spaces, query or fragment (credentials in it are never shown)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str) or re.search(r"\s", value):
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not (parts.query or parts.fragment)
 
 
 def _serve(block: _Block, limits: Limits) -> ServeSettings:
@@ -281,16 +348,28 @@ class _Block:
             )
         return value
 
-    def seconds(self, name: str, most: float = math.inf, why: str = "") -> float:
-        """A finite number > 0 (and at most `most`)."""
+    def seconds(
+        self, name: str, most: float = math.inf, why: str = "", nullable: bool = False
+    ) -> float | None:
+        """A finite number > 0 (and at most `most`); with `nullable`, or null."""
         value = self.get(name)
-        number = not isinstance(value, bool) and isinstance(value, (int, float))
-        if not (number and math.isfinite(value) and 0 < value <= most):
+        if value is None and nullable:
+            return None
+        number = finite(value)
+        if number is None or not 0 < number <= most:
             bound = "> 0" if most == math.inf else f"> 0 and at most {most:g}"
+            null = " (or null)" if nullable else ""
             raise ConfigError(
-                f"{self.key(name)}: expected a number of seconds {bound}{_because(why)}, got {_show(value)}"
+                f"{self.key(name)}: expected a number of seconds {bound}{null}{_because(why)}, "
+                f"got {_show(value)}"
             )
-        return float(value)
+        return number
+
+    def boolean(self, name: str) -> bool:
+        value = self.get(name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected true or false, got {_show(value)}")
+        return value
 
     def text(self, name: str, nullable: bool = False, spaces: bool = True) -> str | None:
         value = self.get(name)

@@ -47,6 +47,9 @@ from lazymem.agent.store import (
     StoredMessage,
     VectorKeys,
     already_stored,
+    new_key,
+    tombstone_checks,
+    tombstones,
 )
 from lazymem.agent.user_retrieval import LocalUserStorage
 from lazymem.llm.cache import LLMCache
@@ -67,9 +70,11 @@ class SQLiteStore:
         filename: str = "memory.sqlite",
         timeout_s: float = 60.0,
         idempotency_ttl_s: float = 86400.0,
+        forgotten_ttl_s: float | None = None,
     ):
         self.path = Path(dir) / filename
         self.timeout_s, self.idempotency_ttl_s = timeout_s, idempotency_ttl_s
+        self.forgotten_ttl_s = forgotten_ttl_s
         self._lock = threading.Lock()
         self._conn = sqlite.connect(self.path, timeout_s, _VERSION_TABLE, thread_safe=True)
         self._conn.execute("PRAGMA secure_delete = ON")
@@ -88,15 +93,30 @@ class SQLiteStore:
                 if earlier is not None:
                     return Added(earlier, 0, replayed=True)
             first = _reserve_ids(conn, tenant, len(messages))
-            ids, stored = [], 0
+            ids: list[int | None] = []
+            stored = forgotten = 0
             for n, m in enumerate(messages):
                 known = _stored_source(conn, tenant, user, m)
                 if known is not None:
                     ids.append(known)
                     continue
+                if _was_forgotten(conn, tenant, user, m):
+                    ids.append(None)
+                    forgotten += 1
+                    continue
                 conn.execute(
                     f"INSERT INTO messages ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (tenant, user, first + n, m.session_id, m.time, m.role, m.text, now, m.source),
+                    (
+                        tenant,
+                        user,
+                        first + n,
+                        m.session_id,
+                        m.time,
+                        m.role,
+                        m.text,
+                        now,
+                        m.source or new_key(),
+                    ),
                 )
                 ids.append(first + n)
                 stored += 1
@@ -117,7 +137,7 @@ class SQLiteStore:
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (tenant, user, idempotency.key, idempotency.digest, _compact(ids), now),
                 )
-        return Added(ids, stored)
+        return Added(ids, stored, forgotten=forgotten)
 
     def ready(self) -> Readiness:
         now = time.time()
@@ -151,6 +171,33 @@ class SQLiteStore:
                 (claim.tenant, claim.user),
             )
 
+    def users(self, after: tuple[str, str] | None = None, limit: int = 1000) -> list[tuple[str, str]]:
+        where, args = ("WHERE (tenant, user_id) > (?, ?) ", after) if after is not None else ("", ())
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT tenant, user_id FROM generations {where}ORDER BY tenant, user_id LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        return [(tenant, user) for tenant, user in rows]
+
+    def mark_pending(self, users: Sequence[tuple[str, str]]) -> int:
+        now, marked = time.time(), 0
+        with self._lock, self._transaction() as conn:
+            for tenant, user in users:
+                if (
+                    _generation(conn, tenant, user) is None
+                    or conn.execute(
+                        "SELECT 1 FROM pending WHERE tenant = ? AND user_id = ?", (tenant, user)
+                    ).fetchone()
+                ):
+                    continue
+                conn.execute(
+                    "INSERT INTO pending (tenant, user_id, mark, since) VALUES (?, ?, ?, ?)",
+                    (tenant, user, _next_generation(conn), now),
+                )
+                marked += 1
+        return marked
+
     def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
         with self._lock, self._transaction("BEGIN") as conn:
             rows = conn.execute(
@@ -160,6 +207,10 @@ class SQLiteStore:
             ).fetchall()
             generation = _generation(conn, tenant, user)
         return Snapshot(generation if rows or after else None, [StoredMessage(*row) for row in rows])
+
+    def unreachable(self) -> str | None:
+        """A local file is never known to be unreachable ahead of a call."""
+        return None
 
     def generations(self, users: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         with self._lock:
@@ -178,9 +229,11 @@ class SQLiteStore:
                         "DELETE FROM messages WHERE tenant = ? AND user_id = ?", (tenant, user)
                     ).rowcount
                     conn.execute("DELETE FROM idempotency WHERE tenant = ? AND user_id = ?", (tenant, user))
+                    conn.execute("DELETE FROM forgotten WHERE tenant = ? AND user_id = ?", (tenant, user))
                 else:
                     gone = self._delete_ids(conn, tenant, user, sorted(set(ids)))
                     deleted = len(gone)
+                    _leave_tombstones(conn, tenant, user, gone)
                     if vector_keys is not None:
                         vector_keys(user, gone)
                 _renew_generation(conn, tenant, user)
@@ -209,6 +262,7 @@ class SQLiteStore:
                         ).fetchall()
                     ]
                     conn.execute(f"DELETE FROM messages {where}", (tenant, user, before))
+                    _leave_tombstones(conn, tenant, user, gone)
                     if vector_keys is not None:
                         vector_keys(user, gone)
                     _renew_generation(conn, tenant, user)
@@ -218,11 +272,15 @@ class SQLiteStore:
         return counts
 
     def maintain(self) -> None:
-        """Delete the expired idempotency keys; deletions need nothing more: secure_delete and the
-        truncated WAL already leave no deleted text in the files."""
+        """Delete the expired idempotency keys and tombstones; deletions need nothing more: secure_delete
+        and the truncated WAL already leave no deleted text in the files."""
         with self._lock, self._transaction() as conn:
             expired = time.time() - self.idempotency_ttl_s
             conn.execute("DELETE FROM idempotency WHERE created <= ?", (expired,))
+            if self.forgotten_ttl_s is not None:
+                conn.execute(
+                    "DELETE FROM forgotten WHERE created <= ?", (time.time() - self.forgotten_ttl_s,)
+                )
 
     def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:
         return Derived(LocalUserStorage(dir), lambda: LLMCache(dir / "llm.sqlite"))
@@ -326,8 +384,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
 def _copy_version_1(conn: sqlite3.Connection) -> None:
     """A version-1 file's messages into the new tables, their ids kept; each tenant's counter after them."""
     conn.execute(
-        "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added) "
-        "SELECT tenant, user, id, session_id, time, role, text, added FROM messages_v1"
+        "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, source) "
+        "SELECT tenant, user, id, session_id, time, role, text, added, "
+        "'m1:' || lower(hex(randomblob(16))) FROM messages_v1"
     )
     conn.execute("INSERT INTO tenant_ids SELECT tenant, MAX(id) FROM messages GROUP BY tenant")
     for tenant, user in conn.execute("SELECT DISTINCT tenant, user_id FROM messages").fetchall():
@@ -359,7 +418,30 @@ def _stored_source(conn: sqlite3.Connection, tenant: str, user: str, m: NewMessa
     return already_stored(m, {source: tuple(rest) for source, *rest in rows})
 
 
-def _compact(ids: list[int]) -> str:
+def _was_forgotten(conn: sqlite3.Connection, tenant: str, user: str, m: NewMessage) -> bool:
+    """Whether a deletion left a tombstone of `m`'s key (store.tombstone_checks)."""
+    digests = tombstone_checks(m)
+    if not digests:
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM forgotten WHERE tenant = ? AND user_id = ? "
+        f"AND digest IN ({','.join('?' * len(digests))}) LIMIT 1",
+        (tenant, user, *digests),
+    ).fetchone()
+    return row is not None
+
+
+def _leave_tombstones(
+    conn: sqlite3.Connection, tenant: str, user: str, gone: Sequence[StoredMessage]
+) -> None:
+    now = time.time()
+    conn.executemany(
+        "INSERT OR IGNORE INTO forgotten (tenant, user_id, digest, created) VALUES (?, ?, ?, ?)",
+        [(tenant, user, digest, now) for m in gone for digest in tombstones(m)],
+    )
+
+
+def _compact(ids: list[int | None]) -> str:
     return json.dumps(ids, separators=(",", ":"))
 
 

@@ -13,6 +13,13 @@ indexer has embedded the new messages (`claim_pending` / `finish`). A user's `ge
 any of their messages is deleted; whatever a process derived from the user's messages (indexes in memory,
 caches) is tagged with the generation it was built at and is never used under another one.
 
+Every stored message has a key (`source`): the one an import gave it (lazymem/agent/transfer.py), or a random
+one (`new_key`) for a message added without one, which an export carries so that importing the export
+again stores nothing twice. A deletion leaves digests of the keys it deleted in `forgotten` (`tombstones`:
+digests, never text): an import of a message whose key was forgotten skips it, so no import, retry or
+re-import of an old export brings a forgotten message back. `forget_all` deletes the user's digests too;
+they are otherwise kept until the store's `forgotten_ttl_s` (None: for good).
+
 A deletion that leaves a user some messages keeps the vectors of those messages: the caller passes
 `vector_keys`, which names the embedding-cache keys of the deleted messages (`Retriever.vector_keys`), and
 only those are dropped with the rest of the derived data. Re-embedding a 100,000-message user because one
@@ -21,6 +28,8 @@ message was forgotten would take half an hour on two cores.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +67,30 @@ class NewMessage:
         return ([] if self.source is None else [self.source]) + list(self.aliases)
 
 
+def new_key() -> str:
+    """A key for a message added without one: random, so that it names that message only."""
+    return f"m1:{secrets.token_hex(16)}"
+
+
+def tombstones(m: StoredMessage) -> tuple[str, ...]:
+    """What a deletion leaves of a message: a digest of its key, and one of its key with its role and text
+    (an earlier import's key may come back as another import's alias, which counts only with the same
+    role and text, as in `already_stored`). Digests, never the key or the text."""
+    if m.source is None:
+        return ()
+    return _digest("key", m.source), _digest("alias", m.source, m.role, m.text)
+
+
+def tombstone_checks(m: NewMessage) -> list[str]:
+    """The digests that say a message to be stored was forgotten (any one of them in `forgotten`)."""
+    keys = [] if m.source is None else [_digest("key", m.source)]
+    return keys + [_digest("alias", a, m.role, m.text) for a in m.aliases]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def already_stored(m: NewMessage, stored: Mapping[str, tuple[int, str, str]]) -> int | None:
     """The id of the message `m` is, among `stored` ({key: (id, role, text)} of the user's messages under
     m's keys), or None. A source names one message: the same source with another role or text is a
@@ -87,15 +120,18 @@ class Idempotency:
 @dataclass(frozen=True)
 class Added:
     """What an add did: the batch's ids in order (a message skipped as already stored has the stored one's
-    id), how many rows it wrote, and whether it replayed an earlier add of the same idempotency key."""
+    id, one skipped as forgotten has None), how many rows it wrote, how many messages it skipped because
+    their key was forgotten, and whether it replayed an earlier add of the same idempotency key."""
 
-    ids: list[int]
+    ids: list[int | None]
     stored: int
     replayed: bool = False
+    forgotten: int = 0
 
     @property
     def skipped(self) -> int:
-        return 0 if self.replayed else len(self.ids) - self.stored
+        """Messages skipped as already stored."""
+        return 0 if self.replayed else len(self.ids) - self.stored - self.forgotten
 
 
 @dataclass(frozen=True)
@@ -116,6 +152,7 @@ class StoredMessage:
     role: str
     text: str
     added: float  # unix time it was stored: what retention counts from
+    source: str | None = None  # its key (see above)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -160,13 +197,21 @@ class Store(Protocol):
         self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
     ) -> Added:
         """Store a batch atomically. A message whose `source` or one of its `aliases` is already stored for
-        the user is not stored again: its id is the stored one's. With `idempotency`, the key is written in
+        the user is not stored again: its id is the stored one's; nor is one whose key a deletion left in
+        `forgotten` (`tombstone_checks`). A message without a `source` is stored under `new_key()`. With
+        `idempotency`, the key is written in
         the same transaction; a key already remembered for the user replays its ids (same digest, even while
         the first add is still committing: the second waits for it) or raises IdempotencyConflict."""
         ...
 
     def ready(self) -> Readiness:
         """One round trip to the store (StoreUnavailable when it does not answer in time)."""
+        ...
+
+    def unreachable(self) -> str | None:
+        """Why the store is known to be unreachable now (a call found it down, and no probe since found it
+        up), without a round trip; None when it is not known to be. A caller waiting for something else
+        (a user's lock) gives up as soon as this is not None."""
         ...
 
     def snapshot(self, tenant: str, user: str, after: int = 0, limit: int | None = None) -> Snapshot:
@@ -183,23 +228,27 @@ class Store(Protocol):
     def forget(
         self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
     ) -> int:
-        """Delete the given messages (all of them, or UnknownMessages), or with `ids=None` every message of
-        the user and the user's idempotency keys, with the derived data the store holds for the user; the
-        user's generation changes. With `vector_keys`, deleting some of a user's messages keeps the vectors
-        of the others (see above). Callers never pass an empty list (it would change nothing)."""
+        """Delete the given messages (all of them, or UnknownMessages), leaving their `tombstones`, or with
+        `ids=None` every message of the user, the user's idempotency keys and tombstones, with the derived
+        data the store holds for the user; the user's generation changes. With `vector_keys`, deleting some
+        of a user's messages keeps the vectors of the others (see above). Callers never pass an empty list
+        (it would change nothing)."""
         ...
 
     def purge(
         self, tenant: str, before: float, vector_keys: VectorKeys | None = None
     ) -> dict[str, int] | None:
-        """Delete the tenant's messages added before `before` (unix time); deletions per user. None when
+        """Delete the tenant's messages added before `before` (unix time), leaving their `tombstones`;
+        deletions per user. None when
         another process holds the purge (a server database runs one purge at a time). `vector_keys`: as
         for `forget`, called with each user's deleted messages."""
         ...
 
     def maintain(self) -> None:
         """Make past deletions final in the store's files (what `forget` alone cannot promise), and delete
-        idempotency keys older than the store's `idempotency_ttl_s`."""
+        idempotency keys older than the store's `idempotency_ttl_s` (and tombstones older than its
+        `forgotten_ttl_s`, when it has one). Raises when a step fails: the deletions stay to be made final
+        by the next call."""
         ...
 
     def claim_pending(self, lease_s: float) -> Claim | None:
@@ -209,6 +258,17 @@ class Store(Protocol):
 
     def finish(self, claim: Claim) -> None:
         """The claimed user is indexed up to the claim's mark."""
+        ...
+
+    def users(self, after: tuple[str, str] | None = None, limit: int = 1000) -> list[tuple[str, str]]:
+        """Up to `limit` users who have messages, as (tenant, user) in that order, after `after`: a page of
+        a scan over every user (lazymem/agent/reembedding.py looks for vectors of another encoder)."""
+        ...
+
+    def mark_pending(self, users: Sequence[tuple[str, str]]) -> int:
+        """Mark `users` pending, as an add does, so that a background indexer claims them (to re-embed
+        them under a new encoder); a user already pending keeps its mark and place, one without messages
+        is left out. How many it marked."""
         ...
 
     def derived(self, tenant: str, user: str, dir: Path, generation: int) -> Derived:

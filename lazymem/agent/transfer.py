@@ -4,8 +4,8 @@
     lazymem export USER [--vectors] [--tenant T] [overrides] > FILE.jsonl
 
 Formats read:
-- `jsonl`: one message per line, `{"role", "text", "time"?, "session_id"?, "user_id"?, "vectors"?}` (what
-  `lazymem export` writes; `--user` names the user of lines without `user_id`);
+- `jsonl`: one message per line, `{"role", "text", "time"?, "session_id"?, "user_id"?, "source"?,
+  "vectors"?}` (what `lazymem export` writes; `--user` names the user of lines without `user_id`);
 - `longmemeval`: a LongMemEval JSON file, one user per question's haystack (the user id is the question id);
 - `locomo`: a LoCoMo JSON file, one user per conversation (its `sample_id`), the two speakers kept as
   named roles.
@@ -21,7 +21,11 @@ stored, never for its file's name or folder, and never silently for being like a
 - two files of one name in different folders are both stored, and so is every "ok" a history repeats
   (the repetitions' prefixes differ);
 - two exports that begin with the same k messages of a user share those k.
-Each message also carries, as an alias, the key earlier versions gave it (`FILE_NAME:LINE`,
+A line that carries its own `source` (every line of an export does: the key the message was stored under)
+keeps that key, so importing an export into the store it came from, or twice into another, stores nothing
+twice, whatever the export filled in (`time`, `session_id`). A message whose key was forgotten (a forget or
+a purge left its digest: lazymem/agent/store.py) is skipped and counted as forgotten: no import brings it
+back. Each message also carries, as an alias, the key earlier versions gave it (`FILE_NAME:LINE`,
 `FILE_NAME:HISTORY:INDEX`): rerunning such an import into a store they wrote adds nothing twice (in such a
 store, another file of the same name still matches those keys, as it did then). Where a message is in
 the file (file and line, or history and index) stays out of its key; error messages name it.
@@ -126,6 +130,8 @@ def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
                 record = json.loads(line)
             except ValueError as e:
                 raise DataError(path, f"line {line_no}", None, f"not JSON ({e.msg})") from None
+            except RecursionError:
+                raise DataError(path, f"line {line_no}", None, "JSON nested too deep") from None
             if not isinstance(record, dict):
                 raise DataError(path, f"line {line_no}", None, "expected a JSON object per line")
             user = record.get("user_id", default_user)
@@ -134,7 +140,9 @@ def _jsonl(path: Path, default_user: str | None) -> Iterator[UserHistory]:
             # every field of the line goes on, so that the import refuses one it does not know (a misspelt
             # "session" or "timestamp" must not be dropped while the message is stored without it)
             message = dict(record)
-            message["source"] = last_key[user] = message_key(last_key.get(user, user), message)
+            last_key[user] = message_key(last_key.get(user, user), message)
+            if record.get("source") is None:  # an export's line keeps the key it was stored under
+                message["source"] = last_key[user]
             message["aliases"] = (f"{path.name}:{line_no}",)
             if current is None or current.user_id != user:
                 if current is not None:
@@ -214,7 +222,9 @@ def _open_memory(overrides: Sequence[str]):
 
 
 def _import(memory, args: argparse.Namespace) -> None:
-    stored = skipped = 0
+    from lazymem.agent.moving import Imported
+
+    total = Imported()
     try:
         for history in read_histories(args.file, args.format, args.user):
             done = memory.import_(
@@ -224,19 +234,22 @@ def _import(memory, args: argparse.Namespace) -> None:
                 progress=lambda n, user=history.user_id: print(f"{user}: {n} messages", file=sys.stderr),
                 where=history.positions.__getitem__,
             )
-            print(f"{history.user_id}: imported {_counts(done.stored, done.skipped)}", file=sys.stderr)
-            stored, skipped = stored + done.stored, skipped + done.skipped
+            print(f"{history.user_id}: imported {_counts(done)}", file=sys.stderr)
+            total += done
     except BadInput as e:  # names the message, its field, and what this user's import stored before it
-        earlier = f"; {stored} messages of the users before it were stored too" if stored else ""
+        earlier = f"; {total.stored} messages of the users before it were stored too" if total.stored else ""
         raise _Failed(f"{e}{earlier}; fix it and run the import again (what is stored is skipped)") from None
     except DataError as e:  # the file's users before it are stored
+        stored = total.stored
         before = f"{stored} messages of the users before it were stored" if stored else "nothing was stored"
         raise _Failed(f"{_explain(e)} ({before})") from None
-    print(f"imported {_counts(stored, skipped, f' from {args.file}')}", file=sys.stderr)
+    print(f"imported {_counts(total, f' from {args.file}')}", file=sys.stderr)
 
 
-def _counts(stored: int, skipped: int, source: str = "") -> str:
-    return f"{stored + skipped} messages{source} ({stored} stored, {skipped} already stored)"
+def _counts(done, source: str = "") -> str:
+    """`done` (an Imported) as the import command says it; forgotten messages only when there are some."""
+    forgotten = f", {done.forgotten} forgotten" if done.forgotten else ""
+    return f"{done.total} messages{source} ({done.stored} stored, {done.skipped} already stored{forgotten})"
 
 
 def _explain(e: AgentError | DataError | OSError) -> str:

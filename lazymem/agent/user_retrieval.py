@@ -18,7 +18,7 @@ import logging
 import operator
 import shutil
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +77,18 @@ class LocalUserStorage:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
+
+
+def _merged(ports: Iterable[PerUserRetriever], messages: Sequence[Message]) -> dict[str, set[str]] | None:
+    """The ports' `vector_keys` of `messages`, merged by model (None if any one cannot name its keys)."""
+    merged: dict[str, set[str]] = {}
+    for port in ports:
+        keys = port.vector_keys(messages)
+        if keys is None:
+            return None
+        for model, found in keys.items():
+            merged.setdefault(model, set()).update(found)
+    return merged
 
 
 def _extends(old: Sequence[Message], new: Sequence[Message]) -> bool:
@@ -149,15 +161,58 @@ class UserHybrid(HybridRetriever):
 
 class UserRetriever:
     """What one process holds open for one user's retrieval: `hybrid` (what methods get as
-    `Context.retriever`) over the per-user forms, which `warm` and `close` reach."""
+    `Context.retriever`) over the per-user forms, which `warm` and `close` reach, and the user's `storage`
+    they were made for."""
 
-    def __init__(self, hybrid: HybridRetriever, forms: Mapping[str, PerUserRetriever]):
+    def __init__(
+        self,
+        hybrid: HybridRetriever,
+        forms: Mapping[str, PerUserRetriever],
+        storage: UserStorage | None = None,
+    ):
         self.hybrid = hybrid
         self.forms = dict(forms)
+        self.storage = storage
 
     def warm(self, messages: Sequence[Message]) -> int:
         """Each per-user form's `warm` (the dense retriever embeds into the user's cache); texts derived."""
         return sum(form.warm(messages) for form in self.forms.values())
+
+    def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None:
+        """The forms' keys of these messages' vectors, merged by model (None if any one cannot name them)."""
+        return _merged(self.forms.values(), messages)
+
+    def retire_other_vectors(self, messages: Sequence[Message]) -> list[str] | None:
+        """After an encoder change: delete the user's vector blocks of every model none of the forms
+        stores, once the forms' own vectors cover every one of `messages` (the user's whole history), so
+        that nothing the user may query is left without vectors. The models deleted ([] when there were
+        none); None when nothing was deleted because the forms' vectors do not cover the messages yet,
+        their keys cannot be named (a template with `{idx}`), or the user's generation moved on (a deletion
+        got there first, and its own rewrite dropped them)."""
+        models = self.vector_keys([])
+        if models is None or self.storage is None:
+            return None
+        cache, own = self._vector_cache()
+        try:
+            others = [name for name in cache.models() if name not in models]
+            if not others:  # what every claim costs when there is nothing to do: one look at the names
+                return []
+            current = self.vector_keys(messages)
+            if current is None or any(cache.missing(model, keys) for model, keys in current.items()):
+                return None
+            return others if cache.drop_models(others) else None
+        finally:
+            if not own:
+                cache.close()
+
+    def _vector_cache(self) -> tuple[BlockEmbeddingCache, bool]:
+        """A form's own block cache (it knows where its keys are: no block is read again), else one opened
+        on the storage; and whether it is a form's (not to be closed here)."""
+        for form in self.forms.values():
+            cache = getattr(form, "cache", None)
+            if isinstance(cache, BlockEmbeddingCache):
+                return cache, True
+        return self.storage.embedding_cache(), False
 
     def close(self) -> None:
         for form in self.forms.values():
@@ -192,19 +247,18 @@ class UserRetrieval:
         hybrid = UserHybrid(
             entries, shared.fusion, shared.reranker, shared.n, shared.rerank_candidates, 1, shared.parallel
         )
-        return UserRetriever(hybrid, forms)
+        return UserRetriever(hybrid, forms, storage)
 
     def vector_keys(self, messages: Sequence[Message]) -> dict[str, set[str]] | None:
         """The port entries' keys of these messages' vectors, merged by model (None if any one cannot name
         its keys); an entry without the port stores no vectors."""
-        merged: dict[str, set[str]] = {}
-        for port in self.ports.values():
-            keys = port.vector_keys(messages)
-            if keys is None:
-                return None
-            for model, found in keys.items():
-                merged.setdefault(model, set()).update(found)
-        return merged
+        return _merged(self.ports.values(), messages)
+
+    def vector_models(self) -> set[str] | None:
+        """The model identities the port entries store vectors under (what a user's vector blocks are named
+        by); None when one cannot name its keys (then no other model's vectors can be told apart)."""
+        keys = self.vector_keys([])
+        return None if keys is None else set(keys)
 
     def vector_width(self, model: str) -> int | None:
         """The width the first port entry that stores vectors of `model` gives them."""

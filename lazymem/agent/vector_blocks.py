@@ -3,12 +3,20 @@
 One block holds up to `block_size` (key, vector) entries of one model identity:
 
     header  <4s B B H I I I I>  magic b"LMVB", format version, dtype code (0: float32), 0, rows, width,
-                                bytes of the keys, 0  (24 bytes, so the matrix starts 8-byte aligned)
+                                bytes of the keys, bytes of the model (version 1: 0)  (24 bytes, so the
+                                matrix starts 8-byte aligned)
     matrix  rows x width little-endian float32, row-major
     keys    the keys in row order, UTF-8, separated by NUL
+    model   (version 2) the identity of the model that made the vectors, UTF-8
 
 `decode` reads the matrix in place (`np.frombuffer`, no copy). A change of layout gets a new version number;
 a reader refuses versions it does not know instead of guessing.
+
+Version 2 records the model in the block itself, so a block read under another model's name (a copy, a
+bug, a hand-made move) is refused instead of handing a query another model's vectors: `decode(data, model)`
+raises `ModelMismatch`, and `BlockEmbeddingCache` treats such a block as absent (its keys are embedded
+again) and logs a warning once. Version 1 blocks, written before, record nothing: their name is their only
+record, and they are read as before. Every block written now is version 2.
 
 `BlockEmbeddingCache` is the embedding-cache interface the dense retriever uses (`get`, `put`, `keep_only`,
 `close`, as lazymem.retrieval.embed_cache.EmbeddingCache) over a `Blocks` store. Between calls it keeps only
@@ -17,6 +25,7 @@ where each key is (block and row), not the vectors: the dense index holds its ow
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import struct
 import threading
@@ -29,9 +38,12 @@ import numpy as np
 
 from lazymem.retrieval import per_user
 
+log = logging.getLogger(__name__)
+
 KIND = "vectors"
 BLOCK_SIZE = 4096
-VERSION = 1
+VERSION = 2  # what `encode` writes when it is given the model (1: the model is not recorded)
+_VERSIONS = (1, 2)
 _MAGIC = b"LMVB"
 _HEADER = struct.Struct("<4sBBHIIII")
 _FLOAT32 = 0
@@ -40,52 +52,92 @@ _SEP = "\0"
 _Decoded = tuple[list[str], np.ndarray]
 # A position in the key map: block number << _SHIFT | row (one int per key instead of a tuple)
 _SHIFT = 32
+# (name read under, model recorded) pairs already logged: a mismatch is logged once per process
+_WARNED: set[tuple[str, str]] = set()
 
 
-def encode(keys: Sequence[str], matrix: np.ndarray) -> bytes:
-    """One block: `keys[i]` names row i of `matrix` (n x width, stored as little-endian float32)."""
+class ModelMismatch(ValueError):
+    """A block read under one model's name records that another model made its vectors."""
+
+    def __init__(self, read_as: str, recorded: str):
+        super().__init__(
+            f"vector block: read as vectors of {read_as!r}, but it records the model {recorded!r}"
+        )
+        self.read_as, self.recorded = read_as, recorded
+
+
+def encode(keys: Sequence[str], matrix: np.ndarray, model: str | None = None) -> bytes:
+    """One block: `keys[i]` names row i of `matrix` (n x width, stored as little-endian float32); with
+    `model`, a version-2 block that records the identity of the model that made the vectors."""
     matrix = np.ascontiguousarray(matrix, dtype="<f4")
     if matrix.ndim != 2 or matrix.shape[0] != len(keys):
         raise ValueError(f"vector block: {len(keys)} keys but a matrix of shape {matrix.shape}")
     if any(_SEP in key for key in keys):
         raise ValueError("vector block: a key contains NUL, which separates the keys")
     names = _SEP.join(keys).encode("utf-8")
+    made_by = b"" if model is None else model.encode("utf-8")
     rows, width = matrix.shape
-    header = _HEADER.pack(_MAGIC, VERSION, _FLOAT32, 0, rows, width, len(names), 0)
-    return b"".join((header, matrix.tobytes(), names))
+    version = 1 if model is None else VERSION
+    header = _HEADER.pack(_MAGIC, version, _FLOAT32, 0, rows, width, len(names), len(made_by))
+    return b"".join((header, matrix.tobytes(), names, made_by))
 
 
-def decode(data: bytes | memoryview) -> tuple[list[str], np.ndarray]:
-    """(keys, float32 matrix [rows, width]); the matrix is a read-only view of `data`."""
+def decode(data: bytes | memoryview, model: str | None = None) -> tuple[list[str], np.ndarray]:
+    """(keys, float32 matrix [rows, width]); the matrix is a read-only view of `data`. With `model` (the
+    name the block is read under): ModelMismatch when the block records another model (a version-1
+    block records none, and is taken as `model`'s)."""
+    keys, matrix, recorded = decode_block(data)
+    if model is not None and recorded is not None and recorded != model:
+        raise ModelMismatch(model, recorded)
+    return keys, matrix
+
+
+def decode_block(data: bytes | memoryview) -> tuple[list[str], np.ndarray, str | None]:
+    """(keys, matrix, the model the block records: None for a version-1 block)."""
     if len(data) < _HEADER.size:
         raise ValueError(f"vector block: {len(data)} bytes is shorter than its header")
-    magic, version, dtype, _, rows, width, names, _ = _HEADER.unpack_from(data)
+    magic, version, dtype, _, rows, width, names, made_by = _HEADER.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("vector block: not a vector block (bad magic)")
-    if version != VERSION or dtype != _FLOAT32:
+    if version not in _VERSIONS or dtype != _FLOAT32:
         raise ValueError(f"vector block: format version {version}, dtype {dtype} is not known here")
+    if version == 1:
+        made_by = 0  # a field version 1 left at 0
     body = rows * width * 4
-    if len(data) != _HEADER.size + body + names:
-        expected = _HEADER.size + body + names
+    expected = _HEADER.size + body + names + made_by
+    if len(data) != expected:
         raise ValueError(f"vector block: {len(data)} bytes, but its header says {expected}")
     matrix = np.frombuffer(data, dtype="<f4", count=rows * width, offset=_HEADER.size).reshape(rows, width)
-    text = bytes(data[_HEADER.size + body :]).decode("utf-8")
+    start = _HEADER.size + body
+    text = bytes(data[start : start + names]).decode("utf-8")
     keys = text.split(_SEP) if rows else []
     if len(keys) != rows:
         raise ValueError(f"vector block: {len(keys)} keys for {rows} rows")
-    return keys, matrix
+    recorded = bytes(data[start + names :]).decode("utf-8") if version >= 2 else None
+    return keys, matrix, recorded
+
+
+def recorded_model(data: bytes | memoryview) -> str | None:
+    """The model a block records (None: a version-1 block), read without decoding its keys."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"vector block: {len(data)} bytes is shorter than its header")
+    header = _HEADER.unpack_from(data)
+    version, made_by = header[1], header[7]
+    if version < 2:
+        return None
+    return bytes(data[len(data) - made_by :]).decode("utf-8")
 
 
 def without(data: bytes, keys: AbstractSet[str]) -> bytes | None:
     """The block less the entries named in `keys`: `data` itself when it holds none of them, None when
-    nothing is left."""
-    names, matrix = decode(data)
+    nothing is left. The rest keeps the model the block records (and its version)."""
+    names, matrix, recorded = decode_block(data)
     keep = [i for i, key in enumerate(names) if key not in keys]
     if len(keep) == len(names):
         return data
     if not keep:
         return None
-    return encode([names[i] for i in keep], matrix[keep])
+    return encode([names[i] for i in keep], matrix[keep], recorded)
 
 
 class Blocks(per_user.Blocks, Protocol):
@@ -151,6 +203,7 @@ class BlockEmbeddingCache:
         self.block_size = block_size
         self.hits = self.misses = 0
         self.dropped = 0  # puts refused because the user's generation moved on
+        self.foreign = 0  # blocks read under a model's name that record another model (ignored)
         self._models: dict[str, _Model] = {}
         self._lock = threading.RLock()  # the indexer thread and the event loop share a user's cache
 
@@ -183,10 +236,14 @@ class BlockEmbeddingCache:
         found: dict[str, np.ndarray] = {}
         last = None
         for number, data in sorted(self.blocks.read(KIND, model).items(), reverse=True):
-            names, matrix = block = decode(data)
-            if last is None:
+            block = self._decode(model, number, data)
+            if known.mark is None:  # the last block: what a put appends to (none when it is another model's)
                 last = block
                 known.saw(number, data)
+            if block is None:
+                known.rows[number] = self.block_size  # its number is taken, and nothing is appended to it
+                continue
+            names, matrix = block
             known.add(number, names, earlier=True)
             if wanted:  # last block first: a key's earlier copy overwrites a later one
                 found.update(zip(names, matrix, strict=True))
@@ -200,7 +257,7 @@ class BlockEmbeddingCache:
         if not spots:
             return {}
         read = self.blocks.read(KIND, model, {pos >> _SHIFT for _, pos in spots})
-        blocks = {number: decode(data) for number, data in read.items()}
+        blocks = {number: self._decode(model, number, data) for number, data in read.items()}
         found = {}
         for key, pos in spots:
             block = blocks.get(pos >> _SHIFT)
@@ -249,7 +306,7 @@ class BlockEmbeddingCache:
             for start in range(0, len(keys_out), self.block_size):
                 number = first + start // self.block_size
                 written[number] = keys_out[start : start + self.block_size]
-                out[number] = encode(written[number], rows_out[start : start + self.block_size])
+                out[number] = encode(written[number], rows_out[start : start + self.block_size], model)
             if not self.blocks.write(KIND, model, out):
                 self.dropped += 1
                 self._models.pop(model, None)
@@ -269,13 +326,59 @@ class BlockEmbeddingCache:
             if last >= 0 and numbers[0] == last and last not in read:
                 return False
             for number in sorted(read):
-                tail = decode(read[number])
-                known.add(number, tail[0])
+                tail = self._decode(model, number, read[number])
+                if tail is None:  # another model's: its number is taken, and nothing is appended to it
+                    known.rows[number] = self.block_size
+                else:
+                    known.add(number, tail[0])
                 known.saw(number, read[number])
             if numbers[-1] not in read:
                 return tail
             last = numbers[-1]
             numbers = [last + 1]
+
+    def _decode(self, model: str, number: int, data: bytes) -> _Decoded | None:
+        """Block `number` of `model` decoded; None, counted in `foreign` and logged once, when it records
+        another model: its vectors must never reach a query of `model`, so its keys count as absent (and
+        are embedded again)."""
+        try:
+            return decode(data, model)
+        except ModelMismatch as e:
+            self.foreign += 1
+            if (model, e.recorded) not in _WARNED:
+                _WARNED.add((model, e.recorded))
+                log.warning(
+                    "vector block %d under %r records the model %r: ignored (its keys are embedded again)",
+                    number,
+                    model,
+                    e.recorded,
+                )
+            return None
+
+    def missing(self, model: str, keys: Collection[str]) -> set[str]:
+        """The keys among `keys` that no block of `model` holds (what this cache knows, checked against
+        the blocks' last one; read afresh when it knows less or the blocks were rewritten)."""
+        wanted = list(dict.fromkeys(keys))
+        with self._lock:
+            known = self._models.get(model)
+            if known is None or not known.complete or not self._current(model, known, wanted):
+                self._load(model, set())
+                known = self._models[model]
+            return {key for key in wanted if key not in known.where}
+
+    def models(self) -> list[str]:
+        """The names that hold vector blocks."""
+        return self.blocks.names(KIND)
+
+    def drop_models(self, models: Collection[str]) -> bool:
+        """Delete every block of `models`, one `write` each; False when a write was refused (the user's
+        generation moved on: a deletion got there first)."""
+        with self._lock:
+            ok = True
+            for model in models:
+                self._models.pop(model, None)
+                ok = self.blocks.write(KIND, model, {}, replace=True) and ok
+            return ok
 
     def keep_only(self, dropped: Mapping[str, Collection[str]]) -> None:
         """Delete the blocks of every model not in `dropped`, and the keys `dropped` names from the others'
@@ -306,11 +409,15 @@ class BlockEmbeddingCache:
 
 
 def legacy_blocks(
-    rows: Iterable[tuple[str, bytes]], block_size: int = BLOCK_SIZE, width: int | None = None
+    rows: Iterable[tuple[str, bytes]],
+    block_size: int = BLOCK_SIZE,
+    width: int | None = None,
+    model: str | None = None,
 ) -> dict[int, bytes]:
     """The blocks (numbered from 0) holding one model's vectors stored one per key, as (key, float32
-    bytes) rows of today's `derived` table or embeddings file. A key seen twice is kept once; a row
-    whose length differs from `width` (default: the first row's) is left out, to be embedded again."""
+    bytes) rows of today's `derived` table or embeddings file, recording `model` (version 2) when given.
+    A key seen twice is kept once; a row whose length differs from `width` (default: the first row's) is
+    left out, to be embedded again."""
     keys: list[str] = []
     vectors: list[np.ndarray] = []
     seen: set[str] = set()
@@ -327,7 +434,7 @@ def legacy_blocks(
     out = {}
     for start in range(0, len(keys), block_size):
         chunk = vectors[start : start + block_size]
-        out[start // block_size] = encode(keys[start : start + block_size], np.stack(chunk))
+        out[start // block_size] = encode(keys[start : start + block_size], np.stack(chunk), model)
     return out
 
 
@@ -376,7 +483,7 @@ def _move_rows(conn: sqlite3.Connection, blocks: Blocks, block_size: int) -> int
     for (model,) in conn.execute("SELECT DISTINCT model FROM embeddings ORDER BY model").fetchall():
         rows = conn.execute("SELECT key, dim, vec FROM embeddings WHERE model = ? ORDER BY key", (model,))
         whole = ((key, bytes(vec)) for key, dim, vec in rows if len(vec) == 4 * dim)  # a torn row: a miss
-        out = legacy_blocks(whole, block_size)
+        out = legacy_blocks(whole, block_size, model=model)
         if not blocks.write(KIND, model, out, replace=True):
             return None
         moved += sum(_HEADER.unpack_from(data)[4] for data in out.values())

@@ -13,6 +13,9 @@ import random
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,6 +100,16 @@ class ClientConfig:
         object.__setattr__(self, "dialect", get_dialect(self.dialect))  # a name becomes its object
         if self.context_policy not in CONTEXT_POLICIES:
             raise ValueError(f"context_policy = {self.context_policy!r}: allowed values are clamp, error")
+
+
+# Who is told of each chat call sent to a server (cache hits are not sent): None, or a function that takes the
+# client's config and returns a context manager around the call (its retries included), entered as
+# `with observe(cfg) as seen:` and given the call's Completion by `seen(done)`. The agent memory sets it while
+# it traces an operation (lazymem/agent/telemetry.py); a context variable, it reaches the calls of that
+# operation only, and costs one lookup per call when unset.
+CHAT_OBSERVER: ContextVar[
+    Callable[[ClientConfig], AbstractContextManager[Callable[[Completion], None]]] | None
+] = ContextVar("lazymem_chat_observer", default=None)
 
 
 def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str, Any]:
@@ -237,7 +250,13 @@ class LLMClient:
                 done = Completion(**{**hit, "attempts": 0, "cached": True, "error": None})
                 self.answered_as[done.model or "(unknown)"] += 1
                 return done
-        done = await self._call(body, extra)
+        observe = CHAT_OBSERVER.get()
+        if observe is None:
+            done = await self._call(body, extra)
+        else:
+            with observe(self.cfg) as seen:
+                done = await self._call(body, extra)
+                seen(done)
         if done.ok:
             self.answered_as[done.model or "(unknown)"] += 1
             self.tokens["prompt"] += done.prompt_tokens

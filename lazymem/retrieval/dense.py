@@ -9,6 +9,7 @@ The model loads on first use, so composing or instantiating a config never loads
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -34,7 +35,9 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_model(model: str) -> tuple[str, str]:
-    """(what to load, a stable identity for the embedding cache)."""
+    """(what to load, a stable identity for the embedding cache). A bundled model is named by its package's
+    version, a local one by its path and a fingerprint of its files (`fingerprint`: weights replaced in
+    place change it), a hub id by itself."""
     if model.startswith("bundled:"):
         name = model.removeprefix("bundled:")
         if name not in _BUNDLED:
@@ -47,8 +50,51 @@ def resolve_model(model: str) -> tuple[str, str]:
         return str(module.get_model_path()), f"{model}@{dist}=={metadata.version(dist)}"
     path = Path(model).expanduser()
     if path.exists():
-        return str(path.resolve()), f"path:{path.resolve()}"
+        return str(path.resolve()), f"path:{path.resolve()}@files:{fingerprint(path.resolve())}"
     return model, f"hub:{model}"
+
+
+# Files whose bytes a fingerprint reads (configs, tokenizers): small, and what a re-exported model changes
+# without touching the weights' size. Anything larger is known by its name, size and modification time.
+_READ_SUFFIXES, _READ_MAX_BYTES = (".json",), 16 * 2**20
+
+
+def fingerprint(path: Path) -> str:
+    """A cheap fingerprint of a local model: sha256 over the sorted (relative path, size, modification
+    time in ns) of every file under `path` (symlinks followed for files, a linked folder by its target),
+    plus the bytes of its JSON files up to 16 MiB. Weights are never read, so a model of many GB costs a
+    few stat calls; weights replaced in place (a new size or mtime) change it. Hidden entries (`.git`,
+    `.cache`) are left out: tools touch them without changing the model. The first 16 hex digits."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        entries = [(path.name, path)]
+    else:
+        entries = []
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for d in dirs:
+                linked = Path(root, d)
+                if linked.is_symlink():  # os.walk does not enter it: its target names it
+                    entries.append((f"{linked.relative_to(path)}/", linked))
+            entries += [(str(Path(root, f).relative_to(path)), Path(root, f)) for f in files if f[0] != "."]
+    for rel, file in sorted(entries):
+        if rel.endswith("/"):
+            digest.update(f"link\0{rel}\0{os.readlink(file)}\n".encode())
+            continue
+        try:
+            stat = file.stat()
+        except OSError:  # a dangling link: its name alone
+            digest.update(f"missing\0{rel}\n".encode())
+            continue
+        digest.update(f"file\0{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        if file.suffix in _READ_SUFFIXES and stat.st_size <= _READ_MAX_BYTES:
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+class ModelChanged(RuntimeError):
+    """A local model's files changed between the moment its identity was taken and its weights loaded:
+    vectors stored under the identity would not be the loaded weights'."""
 
 
 def local_model_problems(spec: str, key: str) -> list[str]:
@@ -99,6 +145,7 @@ class SentenceEncoder:
         self.trust_remote_code = trust_remote_code
         self.model_kwargs = dict(model_kwargs or {})
         self.path, source = resolve_model(model)
+        self._source = source  # checked again when the weights load (ModelChanged)
         # Anything that changes the vectors for the same text belongs in the cache identity.
         parts = [source, f"max_len={max_seq_length}"]
         if self.model_kwargs:
@@ -115,6 +162,7 @@ class SentenceEncoder:
             if self.offline:
                 offline_env()
             check_exists(self.path)
+            self._check_unchanged()
             from sentence_transformers import SentenceTransformer
 
             self._model = SentenceTransformer(
@@ -127,6 +175,19 @@ class SentenceEncoder:
             if self.max_seq_length is not None:
                 self._model.max_seq_length = self.max_seq_length
         return self._model
+
+    def _check_unchanged(self) -> None:
+        """A local model's identity holds a fingerprint of its files taken when this encoder was made; the
+        weights load later (first use). Files replaced in between would make vectors of other weights under
+        that identity: refused, loudly, until the process starts again (and takes the new identity)."""
+        if not self._source.startswith("path:"):
+            return
+        now = resolve_model(self.model_spec)[1]
+        if now != self._source:
+            raise ModelChanged(
+                f"the model directory {self.path} changed after this process named its vectors "
+                f"({self._source} -> {now}): restart it, so that they are stored under the new identity"
+            )
 
     @property
     def width(self) -> int:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 
 from lazymem.agent.background import Maintenance, Refresh, Retention
+from lazymem.agent.errors import MaintenanceFailed
 from lazymem.agent.tenants import Tenant
 
 
@@ -89,3 +90,26 @@ def test_maintenance_runs_without_any_retention_and_survives_its_errors(caplog):
     assert failures == ["the store's maintenance step failed (OSError); retrying in 0.01s"] * 2
     assert "secret text" not in caplog.text
     assert maintenance.status()["last_success"] is not None
+
+
+def test_a_failing_maintenance_step_says_so_on_health_with_what_the_store_asks_for(caplog):
+    class Refused:
+        def __init__(self):
+            self.refuse = True
+
+        async def amaintain(self):
+            if self.refuse:
+                raise MaintenanceFailed("CHECKPOINT was refused: grant the service's role pg_checkpoint")
+
+    memory = Refused()
+    maintenance = Maintenance(memory, every_s=60)
+    with caplog.at_level(logging.ERROR, logger="lazymem.agent.background"):
+        assert asyncio.run(maintenance.round()) is False
+    status = maintenance.status()
+    assert status["failing"] and status["error"] == "MaintenanceFailed" and status["last_success"] is None
+    assert "grant the service's role pg_checkpoint" in caplog.text  # the store's own words are logged
+    memory.refuse = False
+    assert asyncio.run(maintenance.round()) is True
+    status = maintenance.status()
+    assert not status["failing"] and status["error"] is None
+    assert status["last_success"] >= status["last_failure"]

@@ -103,6 +103,9 @@ def test_a_memory_built_from_parts_serves_every_call_and_closes_its_store(tmp_pa
         assert "tea" in memory.query("kim", "What do I like?").text
         assert memory.forget("kim", [ids[1]]) == 1 and memory.forget("kim", []) == 0
         assert [m["text"] for m in memory.export("kim")] == ["I like tea.", "I ski."]
+        for days in (10**400, float("nan"), -1, True):  # an int too large for a float was an OverflowError
+            with pytest.raises(BadInput, match="older_than_days must be a finite number >= 0"):
+                memory.purge(days)
         assert memory.ready().backlog == 0 and memory.purge(0.0) == {"kim": 2}
         memory.maintain()
         with pytest.raises(UnknownUser):

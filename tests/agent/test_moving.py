@@ -114,3 +114,29 @@ def test_an_export_with_vectors_opens_the_users_cache_once_and_a_forget_between_
         assert [m["text"] for m in [*first, *rest]] == ["note a", "note b", "note c", "note e"]
         assert all(m.get("vectors") for m in [*first, *rest])  # the others' vectors were kept
         assert (len(opened), len(closed)) == (0, 1)  # the later pages read the same cache, closed at the end
+
+
+def test_an_old_export_with_vectors_brings_back_neither_the_message_nor_its_vector(tmp_path):
+    """The import of an export taken before a forget skips the forgotten message, and stores no vector
+    that only it had (a vector shared with a message still there, the same text, stays)."""
+    import base64
+
+    from lazymem import Memory
+
+    from agent_helpers import files_containing
+
+    common = ["method=rag", f"agent.dir={tmp_path / 'm'}", f"paths.cache={tmp_path}"]
+    with Memory.from_config(common) as memory:
+        ids = memory.add("kim", [{"role": "user", "text": t} for t in ("ok", "My PIN is 4711.", "ok")])
+        memory.index_pending()
+        before = memory.export("kim", vectors=True)
+        (model,) = before[1]["vectors"]
+        (vector,) = [base64.b64decode(v) for v in before[1]["vectors"][model].values()]
+        shared = base64.b64decode(next(iter(before[0]["vectors"][model].values())))
+        assert memory.forget("kim", ids[1:3]) == 2  # one "ok" stays
+        assert files_containing(vector, tmp_path / "m") == []
+        done = memory.import_("kim", before)
+        assert (done.stored, done.skipped, done.forgotten) == (0, 1, 2)
+        assert [m["text"] for m in memory.export("kim")] == ["ok"]
+        assert files_containing(vector, tmp_path / "m") == []  # the forgotten message's vector: not back
+        assert files_containing(shared, tmp_path / "m")  # "ok"'s vector: the stored "ok" still has it

@@ -46,8 +46,8 @@ def test_a_user_folder_is_named_by_a_hash_of_tenant_and_user(users, tmp_path):
 
 
 def test_one_lock_per_user_while_it_is_held(users):
-    lock = users.lock("t", "kim")
-    assert users.lock("t", "kim") is lock and users.lock("t", "lee") is not lock
+    lock = users.lock("t", "kim").lock
+    assert users.lock("t", "kim").lock is lock and users.lock("t", "lee").lock is not lock
 
 
 def test_the_least_recently_used_users_are_closed_beyond_the_bound(users):

@@ -69,14 +69,20 @@ def test_an_outage_is_store_unavailable_and_adds_succeed_soon_after_the_restart(
     store = PostgresStore(dsn, pool_size=4, wait_s=2)
     store.add("t", "u", new("before"))
     own_postgres.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        store.add("t", "u", new("during"))
+    assert time.monotonic() - started < 2 + 1
+    reason = str(caught.value)
+    assert "no connection within 2s" in reason and "refused" in reason and "s3cret" not in reason
+    assert "\n" not in reason and caught.value.retry_after_s > 0 and caught.value.outage
+    # the database is known to be down now: the next calls fail at once, not after wait_s each
     for call in (lambda: store.add("t", "u", new("during")), lambda: store.snapshot("t", "u")):
         started = time.monotonic()
-        with pytest.raises(StoreUnavailable) as caught:
+        with pytest.raises(StoreUnavailable, match="down for .*refused.*failing fast") as caught:
             call()
-        assert time.monotonic() - started < 2 + 1
-        reason = str(caught.value)
-        assert "no connection within 2s" in reason and "refused" in reason and "s3cret" not in reason
-        assert "\n" not in reason and caught.value.retry_after_s > 0
+        assert time.monotonic() - started < 0.1 and "s3cret" not in str(caught.value)
+    assert "refused" in store.unreachable()
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="no connection within 1s"):  # a store started now
         PostgresStore(dsn, wait_s=1)

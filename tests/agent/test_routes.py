@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lazymem.agent.entry import compose
-from lazymem.agent.errors import UnknownUser
+from lazymem.agent.errors import StoreUnavailable, UnknownUser
 from lazymem.agent.inputs import Limits
 from lazymem.agent.moving import Imported
 from lazymem.agent.routes import bounded, router
@@ -49,6 +49,8 @@ class StandIn:
         return 3
 
     async def aimport(self, user_id, batch, *, tenant, batch_size, where):
+        if self.fail is not None and self.calls:  # from the second batch on
+            raise self.fail
         self.calls.append(
             ("import", tenant, user_id, [m["text"] for m in batch], [where(i) for i in range(len(batch))])
         )
@@ -113,7 +115,7 @@ def test_an_import_goes_in_batches_of_an_adds_size_naming_each_messages_line(app
     r = client.post(
         "/v1/users/ann/import", content=body, headers={**A, "Content-Type": "application/x-ndjson"}
     )
-    assert r.status_code == 201 and r.json() == {"stored": 3, "skipped": 0}
+    assert r.status_code == 201 and r.json() == {"stored": 3, "skipped": 0, "forgotten": 0}
     assert memory.calls == [
         ("import", "a", "ann", ["one", "two"], ["line 1", "line 3"]),
         ("import", "a", "ann", ["three"], ["line 4"]),
@@ -126,6 +128,35 @@ def test_a_line_that_is_not_an_object_stops_the_import_keeping_the_batches_befor
     r = client.post("/v1/users/ann/import", content="\n".join(lines), headers=A)
     assert r.status_code == 400 and r.json()["stored"] == 2
     assert r.json()["detail"].startswith("line 3 is not a JSON object")
+
+
+def test_a_line_nested_too_deep_is_a_400_naming_it_not_a_500(app):
+    _, memory, client = app
+    deep = "[" * 100_000 + "]" * 100_000
+    body = "\n".join([json.dumps({"role": "user", "text": "one"}), deep])
+    r = client.post("/v1/users/ann/import", content=body, headers=A)
+    assert r.status_code == 400 and r.json()["code"] == "bad_input"
+    assert r.json()["detail"].startswith("line 2 is JSON nested too deep") and r.json()["stored"] == 0
+
+
+def test_the_store_going_away_during_an_import_is_a_503_that_says_what_was_stored(app):
+    _, memory, client = app
+    memory.fail = StoreUnavailable("PostgreSQL at db.internal:5432/x: no connection within 3s")
+    lines = [json.dumps({"role": "user", "text": t}) for t in ("one", "two", "three")]
+    r = client.post("/v1/users/ann/import", content="\n".join(lines), headers=A)
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["code"] == "store_unavailable" and r.json()["stored"] == 2  # the first batch is kept
+    assert "2 messages of this import stored before it" in r.json()["detail"]
+    assert "db.internal" not in r.text  # the database's address stays in the service's log
+
+
+def test_two_idempotency_key_headers_are_refused_and_nothing_is_stored(app):
+    _, memory, client = app
+    body = {"messages": [{"role": "user", "text": "hi"}]}
+    twice = [("Authorization", A["Authorization"]), ("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")]
+    r = client.post("/v1/users/ann/messages", json=body, headers=twice)
+    assert r.status_code == 400 and r.json()["code"] == "bad_input"
+    assert "more than one Idempotency-Key" in r.json()["detail"] and memory.calls == []
 
 
 def test_the_router_holds_every_route_and_the_app_serves_them(app):

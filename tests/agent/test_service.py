@@ -201,7 +201,7 @@ def test_an_export_with_vectors_imports_into_another_user_and_a_bad_vector_is_a_
         {"user_id": "vec-src", **m} for m in lines
     ]
     r = c.post("/v1/users/vec-dst/import", content=streamed.content, headers=ndjson)  # as exported
-    assert r.status_code == 201 and r.json() == {"stored": 2, "skipped": 0}
+    assert r.status_code == 201 and r.json() == {"stored": 2, "skipped": 0, "forgotten": 0}
     assert c.get("/v1/users/nobody/export", params={"format": "ndjson"}).status_code == 404
     assert (
         "Tom" in c.post("/v1/users/vec-dst/query", json={"question": "What is my cat called?"}).json()["text"]

@@ -71,6 +71,8 @@ BAD = [
     ("agent.index_lease_s", float("nan"), "expected a number of seconds > 0, got nan"),
     ("agent.retention_days", -1, "expected a number of days >= 0 (or null: keep forever), got -1"),
     ("agent.retention_days", "30", "expected a number of days >= 0"),
+    ("agent.retention_days", 10**400, "expected a number of days >= 0 (or null: keep forever), got 1000"),
+    ("agent.store.forgotten_ttl_s", 0, "expected a number of seconds > 0 (or null), got 0"),
     ("agent.limits.max_messages_per_add", 0, "expected an integer >= 1, got 0"),
     ("agent.limits.max_text_chars", "many", "expected an integer >= 1, got 'many'"),
     ("agent.limits.max_question_chars", -5, "expected an integer >= 1, got -5"),
@@ -156,7 +158,14 @@ def test_each_bad_postgres_value_is_refused_naming_its_key(postgres, key, value,
 def test_the_store_group_lands_at_agent_store_and_each_store_takes_only_its_keys(plain, postgres):
     assert "store" not in plain and plain["agent"]["store"]["_target_"] == SQLITE_STORE
     assert postgres["agent"]["store"]["_target_"] == POSTGRES_STORE and "store" not in postgres
-    assert set(postgres["agent"]["store"]) == {"_target_", "dsn", "pool_size", "wait_s", "idempotency_ttl_s"}
+    assert set(postgres["agent"]["store"]) == {
+        "_target_",
+        "dsn",
+        "pool_size",
+        "wait_s",
+        "idempotency_ttl_s",
+        "forgotten_ttl_s",
+    }
     sqlite_with_dsn = with_value(plain, "agent.store.dsn", "postgresql://me@db.example/lazymem")
     with pytest.raises(ConfigError, match=r"^agent.store.dsn: unknown key \(known: _target_, dir, "):
         Settings.from_cfg(sqlite_with_dsn)

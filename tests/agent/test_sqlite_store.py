@@ -243,7 +243,7 @@ def test_a_version_2_file_is_migrated_with_its_messages_ids_and_sources(tmp_path
     assert store.add("t", "u", [new("next")], key) == Added(added.ids, 0, replayed=True)
     store.close()
     conn = sqlite3.connect(tmp_path / "memory.sqlite")
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(4,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)] == [(5,)]
     assert conn.execute("SELECT COUNT(*) FROM blocks").fetchone() == (0,)  # version 4's table
     conn.close()
 

@@ -1,6 +1,7 @@
 """The storage contract (lazymem/agent/store.py): the config group conf/agent/store/ builds each store by its
 `_target_`, and the contract module names no store; what every store promises, tried on both: aliases,
-idempotency keys and readiness among them."""
+idempotency keys, readiness, and tombstones (a forgotten message is not stored again by an import of its key;
+forget_all clears them; a plain add is never taken for a forgotten message) among them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 import time
 from contextlib import closing
 
+import psycopg
 import pytest
 from hydra.errors import InstantiationException
 
@@ -241,3 +243,87 @@ def test_ready_counts_the_pending_users_and_ages_the_oldest_and_the_oldest_claim
     any_store.claim_pending(lease_s=0.1)
     time.sleep(0.2)
     assert any_store.ready().oldest_claim_s is None  # an expired claim is not a live one
+
+
+# ---- tombstones: a forgotten message stays forgotten (store.tombstones)
+
+
+def imported(*texts: str, prefix: str = "f") -> list[NewMessage]:
+    """Messages as an import sends them: each with a key of its place."""
+    return [NewMessage("user", t, "t0", "s", f"{prefix}:{n}") for n, t in enumerate(texts, 1)]
+
+
+def texts(store, user: str = "u") -> list[str]:
+    return [m.text for m in store.snapshot("t", user).messages]
+
+
+def test_a_forgotten_message_is_not_stored_again_by_an_import_of_its_key(any_store):
+    first = any_store.add("t", "u", imported("I live in Porto.", "My PIN is 4711.", "I like jazz."))
+    assert first.stored == 3 and first.forgotten == 0
+    assert any_store.forget("t", "u", [first.ids[1]]) == 1
+    again = any_store.add("t", "u", imported("I live in Porto.", "My PIN is 4711.", "I like jazz."))
+    assert (again.stored, again.skipped, again.forgotten) == (0, 2, 1)
+    assert again.ids == [first.ids[0], None, first.ids[2]]
+    assert texts(any_store) == ["I live in Porto.", "I like jazz."]
+    # an alias counts with the same role and text only, as for a stored message
+    alias = NewMessage("user", "My PIN is 4711.", "t0", "s", "c1:new", ("f:2",))
+    other = NewMessage("user", "another text", "t0", "s", "c1:other", ("f:2",))
+    assert (any_store.add("t", "u", [alias]).forgotten, any_store.add("t", "u", [other]).stored) == (1, 1)
+    # a plain add names no key: the same words said again are a new message, not the forgotten one
+    plain = any_store.add("t", "u", [NewMessage("user", "My PIN is 4711.", "t1", "s")])
+    assert plain.stored == 1 and texts(any_store).count("My PIN is 4711.") == 1
+    # and the other users of the tenant, and the same user in another tenant, are not concerned
+    assert any_store.add("t", "v", imported("My PIN is 4711.")).stored == 1
+    assert any_store.add("t2", "u", imported("My PIN is 4711.")).stored == 1
+
+
+def test_forget_all_clears_the_users_digests(any_store):
+    first = any_store.add("t", "u", imported("a", "b"))
+    any_store.forget("t", "u", [first.ids[0]])
+    assert any_store.add("t", "u", imported("a", "b")).forgotten == 1
+    any_store.forget("t", "u")  # everything: the user starts afresh
+    assert any_store.add("t", "u", imported("a", "b")).stored == 2 and texts(any_store) == ["a", "b"]
+
+
+def test_a_purge_leaves_digests_too_and_a_retry_of_an_add_key_replays_its_ids(any_store):
+    key = Idempotency("add-1", "digest")
+    added = any_store.add("t", "u", imported("an old message"), key)
+    assert any_store.purge("t", time.time() + 1) == {"u": 1}
+    assert any_store.add("t", "u", imported("an old message")).forgotten == 1
+    assert (
+        any_store.add("t", "u", imported("an old message"), key).ids == added.ids
+    )  # replayed: nothing stored
+    assert any_store.snapshot("t", "u").messages == []
+
+
+def test_every_stored_message_has_a_key_and_the_digests_hold_no_text(any_store, tmp_path, request):
+    plain = any_store.add("t", "u", [NewMessage("user", "secret words", "t0", "s")] * 2)
+    sources = [m.source for m in any_store.snapshot("t", "u").messages]
+    assert all(s.startswith("m1:") for s in sources) and len(set(sources)) == 2
+    any_store.forget("t", "u", [plain.ids[0]])
+    digests = _digests(any_store, request, tmp_path)
+    assert len(digests) == 2 and all(len(d) == 32 for d in digests)
+    assert not any("secret" in d or sources[0] in d for d in digests)
+
+
+def test_digests_expire_after_forgotten_ttl_s_when_one_is_set(open_any):
+    store = open_any(forgotten_ttl_s=0.2)
+    first = store.add("t", "u", imported("a"))
+    store.add("t", "u", imported("b", prefix="g"))  # the user keeps a message
+    store.forget("t", "u", first.ids)
+    store.maintain()
+    assert store.add("t", "u", imported("a")).forgotten == 1  # not yet expired
+    time.sleep(0.3)
+    store.maintain()
+    assert store.add("t", "u", imported("a")).stored == 1
+
+
+def _digests(store, request, tmp_path) -> list[str]:
+    if isinstance(store, SQLiteStore):
+        conn = sqlite3.connect(tmp_path / "memory.sqlite")
+        rows = conn.execute("SELECT digest FROM forgotten").fetchall()
+        conn.close()
+    else:
+        with psycopg.connect(request.getfixturevalue("pg_dsn")) as conn:
+            rows = conn.execute("SELECT digest FROM forgotten").fetchall()
+    return [d for (d,) in rows]

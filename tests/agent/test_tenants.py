@@ -63,6 +63,11 @@ REFUSED = [
     (f"{'t' * 30}: {{keys: [key-1]}}", None, "the tenant name is longer than 20 characters"),
     ("acme: {keys: [key-1], days: 3}", None, "tenant 'acme' has unknown fields ['days']"),
     ("acme: {keys: [key-1], retention_days: -1}", None, "acme', retention_days: expected a number of days"),
+    (
+        f"acme: {{keys: [key-1], retention_days: {'9' * 401}}}",
+        None,
+        "acme', retention_days: expected a number",
+    ),
     ("acme: [key-1]", None, "tenant 'acme' needs a list `keys`"),
     ("- key-1", None, "expected a mapping TENANT ->"),
     (

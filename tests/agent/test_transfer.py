@@ -5,8 +5,6 @@ user's history is stored already, whatever the file is called; every failure is 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -18,43 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from lazymem.agent import transfer
 from lazymem.agent.transfer import read_histories
 from lazymem.data.schema import DataError
 
-from agent_helpers import ROOT, free_port
+from agent_helpers import ROOT, cli, free_port, write_jsonl
 
 FIELDS = ("role", "text", "time", "session_id")
-
-
-def cli(*args: str, tmp, **kw) -> subprocess.CompletedProcess:
-    """`lazymem import|export ARGS` as the command line runs it (lazymem.run hands these commands to
-    transfer.main), in this process: a new process per call would cost seconds of imports each. With
-    `prefix` (a command to run it under), a process of its own."""
-    argv = [*args, f"paths.cache={tmp / 'cache'}"]
-    if kw:
-        return subprocess.run(
-            [*kw.pop("prefix", ()), sys.executable, "-m", "lazymem.run", *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            **kw,
-        )
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = transfer.main(argv[0], argv[1:])
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
-
-
-def write_jsonl(path: Path, texts: list[str], mode: str = "w", **fields) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, mode) as f:
-        f.writelines(json.dumps({"role": "user", "text": t, **fields}) + "\n" for t in texts)
-    return path
 
 
 def imported(file: Path, store: Path, tmp: Path, *args: str) -> str:
@@ -348,6 +315,7 @@ CANNOT_RUN = {
     "unknown config": "no config 'retrieval/nonexistent'; choose one of bm25, dense, hybrid,",
     "bad override": "bad configuration: no viable alternative at input '[a'",
     "malformed line": "file {file}, record line 1, field 'user_id': missing (or pass --user)",
+    "nested too deep": "file {file}, record line 2: JSON nested too deep; fix the file",
 }
 
 
@@ -375,6 +343,8 @@ def test_an_import_that_cannot_run_says_why_in_one_line(case, tmp_path):
     elif case == "malformed line":
         args = []
         source.write_text('{"role": "user", "text": "whose?"}\n')
+    elif case == "nested too deep":
+        source.write_text('{"role": "user", "text": "fine"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
     done = cli("import", str(source), *args, f"agent.dir={tmp_path / 'store'}", tmp=tmp_path, prefix=prefix)
     assert CANNOT_RUN[case].format(file=source) in one_line_error(done)
 
@@ -406,3 +376,32 @@ def test_an_export_of_an_unknown_user_says_to_check_the_id(tmp_path):
     assert error == (
         "lazymem export: unknown user 'nobody': no stored messages; check the user id and --tenant"
     )
+
+
+def test_the_issues_reproduction_through_the_import_command(tmp_path):
+    """Import a 3-line file without times, forget its second message, import the file again: nothing comes
+    back. The user's own export (which fills in time and session) imports as a no-op, and an export taken
+    before the forget brings nothing back either."""
+    store = tmp_path / "store"
+    file = write_jsonl(tmp_path / "chat.jsonl", ["I live in Porto.", "My PIN is 4711.", "I like jazz."])
+
+    def run(*args: str) -> str:
+        done = cli(*args, f"agent.dir={store}", tmp=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stderr.splitlines()[-1] if args[0] == "import" else done.stdout
+
+    assert run("import", str(file), "--user", "u").endswith("(3 stored, 0 already stored)")
+    before = tmp_path / "before.jsonl"
+    before.write_text(run("export", "u"))
+    exported = [json.loads(line) for line in before.read_text().splitlines()]
+    assert all(m["source"].startswith("c1:") and m["time"] for m in exported)
+    assert run("import", str(before)).endswith("(0 stored, 3 already stored)")  # its own export: a no-op
+
+    from lazymem import Memory
+
+    with Memory.from_config(["method=rag", f"agent.dir={store}", f"paths.cache={tmp_path}"]) as memory:
+        assert memory.forget("u", [exported[1]["id"]]) == 1
+    assert run("import", str(file), "--user", "u").endswith("(0 stored, 2 already stored, 1 forgotten)")
+    assert run("import", str(before)).endswith("(0 stored, 2 already stored, 1 forgotten)")
+    after = [json.loads(line)["text"] for line in run("export", "u").splitlines()]
+    assert after == ["I live in Porto.", "I like jazz."]

@@ -8,14 +8,18 @@ import struct
 import numpy as np
 import pytest
 
+from lazymem.agent import vector_blocks
 from lazymem.agent.local_blocks import LocalBlocks
 from lazymem.agent.vector_blocks import (
     KIND,
     BlockEmbeddingCache,
+    ModelMismatch,
     decode,
+    decode_block,
     encode,
     import_embedding_file,
     legacy_blocks,
+    recorded_model,
     without,
 )
 from lazymem.retrieval.embed_cache import EmbeddingCache
@@ -355,3 +359,67 @@ def test_a_mover_beside_a_reader_empties_the_file_and_the_next_one_deletes_it(tm
     assert import_embedding_file(legacy.path, blocks) == 0
     assert not legacy.path.exists()
     assert BlockEmbeddingCache(blocks).get("m", ["a", "b"]).keys() == {"b"}
+
+
+def test_version_2_records_the_model_and_version_1_stays_readable():
+    matrix = np.stack([vec(0), vec(1)])
+    data = encode(["a", "b"], matrix, "model-A|max_len=None")
+    assert struct.unpack_from("<4sB", data) == (b"LMVB", 2)
+    keys, got, recorded = decode_block(data)
+    assert (keys, recorded) == (["a", "b"], "model-A|max_len=None")
+    np.testing.assert_array_equal(got, matrix)
+    assert recorded_model(data) == "model-A|max_len=None" and decode(data, "model-A|max_len=None")[0] == keys
+    assert decode(data)[0] == keys  # read without a name: no check
+    old = encode(["a", "b"], matrix)  # as blocks were written before (their name is their only record)
+    assert recorded_model(old) is None and decode(old, "anything")[0] == ["a", "b"]
+    # a deletion keeps the record; the header's sizes cover it
+    assert recorded_model(without(data, {"a"})) == "model-A|max_len=None"
+    assert recorded_model(without(old, {"a"})) is None
+    with pytest.raises(ValueError, match="header says"):
+        decode(data[:-1])
+
+
+def test_a_block_of_model_a_read_as_model_b_is_refused():
+    data = encode(["a"], vec(0)[None], "model-A")
+    with pytest.raises(ModelMismatch, match="records the model 'model-A'") as caught:
+        decode(data, "model-B")
+    assert (caught.value.read_as, caught.value.recorded) == ("model-B", "model-A")
+
+
+def test_the_cache_treats_another_models_block_as_absent_and_says_so_once(caplog, monkeypatch):
+    """A's vectors stored under B's name (a copy, a bug): never returned for B, embedded again, logged."""
+    monkeypatch.setattr(vector_blocks, "_WARNED", set())
+    blocks = FakeBlocks()
+    BlockEmbeddingCache(blocks, block_size=2).put("A", {"a": vec(0), "b": vec(1), "c": vec(2)})
+    assert {recorded_model(d) for d in blocks.held[(KIND, "A")].values()} == {"A"}
+    blocks.held[(KIND, "B")] = dict(blocks.held[(KIND, "A")])  # blocks 0 and 1, recording A
+    cache = BlockEmbeddingCache(blocks, block_size=2)
+    with caplog.at_level("WARNING", logger="lazymem.agent.vector_blocks"):
+        assert cache.get("B", ["a", "b", "c"]) == {}
+        assert cache.missing("B", ["a", "c"]) == {"a", "c"}
+        assert BlockEmbeddingCache(blocks).get("B", ["a"]) == {}
+    assert cache.foreign == 2
+    assert len([r for r in caplog.records if "records the model 'A'" in r.getMessage()]) == 1
+    cache.put("B", {"a": vec(10)})  # appended after the foreign blocks, never into one of them
+    assert blocks.block_keys("B")[2] == ["a"] and recorded_model(blocks.held[(KIND, "B")][2]) == "B"
+    np.testing.assert_array_equal(BlockEmbeddingCache(blocks).get("B", ["a"])["a"], vec(10))
+    assert BlockEmbeddingCache(blocks).get("A", ["a"]).keys() == {"a"}  # A's own blocks read as ever
+    # a fresh cache's put (it reads only the last block, which is A's) starts a block of its own too
+    blocks.held[(KIND, "C")] = {0: blocks.held[(KIND, "A")][1]}
+    BlockEmbeddingCache(blocks, block_size=2).put("C", {"z": vec(3)})
+    assert blocks.block_keys("C") == {0: ["c"], 1: ["z"]}
+    assert BlockEmbeddingCache(blocks).get("C", ["c", "z"]).keys() == {"z"}
+
+
+def test_missing_and_drop_models():
+    blocks = FakeBlocks()
+    cache = BlockEmbeddingCache(blocks, block_size=2)
+    cache.put("new", {"a": vec(0), "b": vec(1), "c": vec(2)})
+    BlockEmbeddingCache(blocks).put("old", {"a": vec(5)})
+    assert cache.models() == ["new", "old"]
+    assert cache.missing("new", ["a", "b", "c", "d"]) == {"d"}
+    BlockEmbeddingCache(blocks).put("new", {"d": vec(3)})  # another writer: seen through the last block
+    assert cache.missing("new", ["a", "d"]) == set()
+    assert cache.drop_models(["old"]) and cache.models() == ["new"]
+    blocks.refuse = True  # the user's generation moved on: nothing is deleted, and the caller is told
+    assert not cache.drop_models(["new"]) and cache.models() == ["new"]

@@ -151,9 +151,9 @@ def test_a_user_moved_from_sqlite_to_postgres_with_its_vectors_is_not_embedded_a
         assert target.index_pending() == 1
         assert "red" in target.query("kim", "What colour is my bike?").text
         assert encoded == ["width", "What colour is my bike?"]  # the width probe and the question only
-        assert target.export("kim", vectors=True) == [
-            dict(line, id=m["id"], added=m["added"])
-            for line, m in zip(lines, target.export("kim"), strict=True)
+        assert target.export("kim", vectors=True) == [  # each under the key it was imported with
+            dict(line, id=m["id"], added=m["added"], source=f"dump:{n}")
+            for n, (line, m) in enumerate(zip(lines, target.export("kim"), strict=True), 1)
         ]
 
 

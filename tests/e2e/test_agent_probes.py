@@ -191,8 +191,8 @@ def test_a_streamed_import_stops_at_a_bad_line_and_resumes_by_source(service):
     r = c.post("/v1/users/imp/import", content="\n".join([*lines[:100], '{"role": "user", "txt": "x"}']))
     assert r.status_code == 400 and "line 101: unknown fields ['txt']" in r.json()["detail"]
     r = c.post("/v1/users/imp/import", content="\n".join(lines[:120]), headers=ndjson)
-    assert r.status_code == 201 and r.json() == {"stored": 120, "skipped": 0}
+    assert r.status_code == 201 and r.json() == {"stored": 120, "skipped": 0, "forgotten": 0}
     r = c.post("/v1/users/imp/import", content="\n".join(lines) + "\n", headers=ndjson)  # the retry
-    assert r.status_code == 201 and r.json() == {"stored": 130, "skipped": 120}
+    assert r.status_code == 201 and r.json() == {"stored": 130, "skipped": 120, "forgotten": 0}
     texts = [m["text"] for m in c.get("/v1/users/imp/export").json()["messages"]]
     assert texts == [f"line {n}" for n in range(250)]  # each once, in order

@@ -14,7 +14,7 @@ import pytest
 
 from lazymem.agent.vector_blocks import decode
 
-from agent_helpers import Service, files_containing
+from agent_helpers import Service, cli, files_containing
 
 pytestmark = pytest.mark.slow
 
@@ -85,13 +85,18 @@ def _until_maintained(postgres, *needles: bytes) -> None:
 
 def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgres, pg_dsn, tmp_path):
     """The canary message forgotten alone, then the whole user: after each, and the maintenance step, no
-    row and no table file holds its text, its vector's bytes, or its BM25 terms (the "bm25" blocks)."""
+    row and no table file holds its text, its vector's bytes, or its BM25 terms (the "bm25" blocks). After
+    the forget, every write path runs again with what it carried before (the add retried with its key, the
+    NDJSON import of an export taken before the forget through the other replica, the same through
+    `lazymem import`), and none brings the canary back."""
     token = "zx5d1e9fq"  # one BM25 term, as the tokenizer keeps it
     canary = f"CANARY-{token}-forget-me"
     one, two = (client(r) for r in replicas)
-    ids = one.post(
-        "/v1/users/cat/messages", json=msgs("plain message", f"my locker code is {canary}")
-    ).json()["ids"]
+    add = {
+        "json": msgs("plain message", f"my locker code is {canary}"),
+        "headers": {"Idempotency-Key": "a-1"},
+    }
+    ids = one.post("/v1/users/cat/messages", **add).json()["ids"]
     for c in (one, two):  # both replicas build their indexes and derived blocks from it
         assert (
             canary
@@ -108,7 +113,11 @@ def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgr
     halves = (vector[: len(vector) // 2], vector[len(vector) // 2 :])
     assert any(postgres.files_containing(half) for half in halves)  # the search does see the table files
 
+    before = one.get("/v1/users/cat/export", params={"format": "ndjson", "vectors": "true"}).text
+    assert canary in before
+
     assert two.post("/v1/users/cat/forget", json={"message_ids": [ids[1]]}).json() == {"deleted": 1}
+    _write_paths_bring_nothing_back(one, two, add, ids, before, canary, pg_dsn, tmp_path)
     for c in (one, two):  # both rebuild (and store again) what the remaining message needs
         assert "plain" in c.post("/v1/users/cat/query", json={"question": "plain?"}).json()["text"]
     assert _blocks_holding(pg_dsn, vector) == [] and _blocks_holding(pg_dsn, token.encode()) == []
@@ -128,6 +137,24 @@ def test_a_forget_through_one_replica_leaves_no_trace_on_either(replicas, postgr
     assert two.post("/v1/users/cat/query", json={"question": "locker code?"}).status_code == 404
     assert files_containing(b"plain message", tmp_path / "r1", tmp_path / "r2") == []
     _until_maintained(postgres, b"plain message")
+
+
+def _write_paths_bring_nothing_back(one, two, add, ids, before, canary, pg_dsn, tmp_path) -> None:
+    assert one.post("/v1/users/cat/messages", **add).json()["ids"] == ids  # the retry replays its ids
+    imported = two.post("/v1/users/cat/import", content=before)  # the export taken before the forget
+    assert imported.json() == {"stored": 0, "skipped": 1, "forgotten": 1}, imported.text
+    export_file = tmp_path / "before.jsonl"
+    export_file.write_text(before)
+    db = (f"agent.dir={tmp_path / 'cli'}", "agent/store=postgres", f"agent.store.dsn={pg_dsn}")
+    done = cli("import", str(export_file), "--tenant", "acme", *db, tmp=tmp_path)
+    assert done.returncode == 0 and done.stderr.splitlines()[-1].endswith(
+        "(0 stored, 1 already stored, 1 forgotten)"
+    ), done.stderr
+    for c in (one, two):
+        assert canary not in c.get("/v1/users/cat/export").text
+        assert canary not in c.post("/v1/users/cat/query", json={"question": "locker code?"}).text
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM messages WHERE user_id = 'cat'").fetchone() == (1,)
 
 
 def test_kill_9_of_a_replica_during_adds_loses_no_acknowledged_write(replicas, pg_dsn):
