@@ -71,6 +71,10 @@ class FakeAPI:
                 try:
                     status, payload, delay, headers = api.behave(n, body)
                     time.sleep(delay)
+                finally:  # done before the reply is sent: once it is, the client may send its next
+                    with api.lock:  # request, which would otherwise count as in flight beside this one
+                        api.inflight -= 1
+                try:
                     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                     self.send_response(status)
                     headers = {"Content-Type": "application/json", **headers}
@@ -81,9 +85,6 @@ class FakeAPI:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
-                finally:
-                    with api.lock:
-                        api.inflight -= 1
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
