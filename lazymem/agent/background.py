@@ -164,14 +164,12 @@ class Reembed:
         self.memory, self.every_s, self.retry_s = memory, every_s, retry_s
 
     def status(self) -> dict:
-        reembedding = getattr(self.memory, "reembedding", None)  # a stand-in Memory may have none
-        return {"state": "off"} if reembedding is None else reembedding.status()
+        return self.memory.reembedding.status()
 
     async def run(self) -> None:
-        reembedding = getattr(self.memory, "reembedding", None)
-        while reembedding is not None:
+        while True:
             try:
-                await reembedding.run(self.every_s)
+                await self.memory.reembedding.run(self.every_s)
                 return
             except Exception as e:  # noqa: BLE001 - a store outage, say: the scan starts again later
                 log.error("re-embedding failed (%s); retrying in %gs", _kind(e), self.retry_s)

@@ -79,9 +79,8 @@ def create_app(memory: Memory, tenants: Tenants, settings: Settings) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes, max_import_bytes=s.max_import_bytes)
     app.add_middleware(ValidPath)
-    telemetry = getattr(memory, "telemetry", None)
-    if telemetry is not None and telemetry.enabled:  # outermost: it sees the replies of the two above too
-        app.add_middleware(HttpTelemetry, telemetry=telemetry)
+    if memory.telemetry.enabled:  # outermost: it sees the replies of the two above too
+        app.add_middleware(HttpTelemetry, telemetry=memory.telemetry)
     app.state.memory, app.state.tenants, app.state.settings = memory, tenants, settings
     app.state.retention = Retention(memory, lambda: tenants.all.values(), s.purge_every_s, s.purge_retry_s)
     app.state.maintenance = Maintenance(memory, s.maintain_every_s)

@@ -17,6 +17,7 @@ from lazymem.agent.moving import Imported
 from lazymem.agent.routes import bounded, router
 from lazymem.agent.service import create_app
 from lazymem.agent.settings import Settings
+from lazymem.agent.telemetry import Telemetry
 from lazymem.agent.tenants import Tenant, Tenants
 from lazymem.construct.processor import StageError
 
@@ -32,6 +33,8 @@ class StandIn:
         self.limits = Limits(max_messages_per_add=2)
         self.method = SimpleNamespace(name="rag")
         self.fail: Exception | None = None
+        self.telemetry = Telemetry()  # off
+        self.reembedding = SimpleNamespace(status=lambda: {"state": "idle"})
 
     async def aadd(self, user_id, messages, *, tenant, idempotency_key=None):
         self.calls.append(("add", tenant, user_id, messages, idempotency_key))
