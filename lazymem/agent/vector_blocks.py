@@ -117,17 +117,6 @@ def decode_block(data: bytes | memoryview) -> tuple[list[str], np.ndarray, str |
     return keys, matrix, recorded
 
 
-def recorded_model(data: bytes | memoryview) -> str | None:
-    """The model a block records (None: a version-1 block), read without decoding its keys."""
-    if len(data) < _HEADER.size:
-        raise ValueError(f"vector block: {len(data)} bytes is shorter than its header")
-    header = _HEADER.unpack_from(data)
-    version, made_by = header[1], header[7]
-    if version < 2:
-        return None
-    return bytes(data[len(data) - made_by :]).decode("utf-8")
-
-
 def without(data: bytes, keys: AbstractSet[str]) -> bytes | None:
     """The block less the entries named in `keys`: `data` itself when it holds none of them, None when
     nothing is left. The rest keeps the model the block records (and its version)."""

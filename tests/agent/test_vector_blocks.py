@@ -19,7 +19,6 @@ from lazymem.agent.vector_blocks import (
     encode,
     import_embedding_file,
     legacy_blocks,
-    recorded_model,
     without,
 )
 from lazymem.retrieval.embed_cache import EmbeddingCache
@@ -361,6 +360,11 @@ def test_a_mover_beside_a_reader_empties_the_file_and_the_next_one_deletes_it(tm
     assert BlockEmbeddingCache(blocks).get("m", ["a", "b"]).keys() == {"b"}
 
 
+def recorded_model(data: bytes) -> str | None:
+    """The model a block records (None: version 1)."""
+    return decode_block(data)[2]
+
+
 def test_version_2_records_the_model_and_version_1_stays_readable():
     matrix = np.stack([vec(0), vec(1)])
     data = encode(["a", "b"], matrix, "model-A|max_len=None")
@@ -368,10 +372,10 @@ def test_version_2_records_the_model_and_version_1_stays_readable():
     keys, got, recorded = decode_block(data)
     assert (keys, recorded) == (["a", "b"], "model-A|max_len=None")
     np.testing.assert_array_equal(got, matrix)
-    assert recorded_model(data) == "model-A|max_len=None" and decode(data, "model-A|max_len=None")[0] == keys
+    assert recorded == "model-A|max_len=None" and decode(data, "model-A|max_len=None")[0] == keys
     assert decode(data)[0] == keys  # read without a name: no check
     old = encode(["a", "b"], matrix)  # as blocks were written before (their name is their only record)
-    assert recorded_model(old) is None and decode(old, "anything")[0] == ["a", "b"]
+    assert decode_block(old)[2] is None and decode(old, "anything")[0] == ["a", "b"]
     # a deletion keeps the record; the header's sizes cover it
     assert recorded_model(without(data, {"a"})) == "model-A|max_len=None"
     assert recorded_model(without(old, {"a"})) is None
