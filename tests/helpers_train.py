@@ -118,11 +118,13 @@ def compose_verl(ovr: list[str]):
         return hydra_compose("ppo_trainer", overrides=ovr)
 
 
-def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0) -> Path:
+def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0, both_ops: bool = False) -> Path:
     """A tiny random Qwen3 (scripts/tiny_qwen3.py) taught by plain-torch SFT to answer one-message windows
     with a valid decision array, and build_rl-style train/val parquet rows of such windows (gold on even
     rows). 45 steps at lr 3e-3 leave it valid about 70% of the time at temperature 0.9: GRPO groups then
-    hold valid and invalid rollouts. Returns the SFT model's directory; the rows are in `out`."""
+    hold valid and invalid rollouts. `both_ops`: every prompt is taught both a KEEP and a DROP reply, so the
+    model answers either about half the time, and every row is gold (only KEEP earns a reward). Returns the
+    SFT model's directory; the rows are in `out`."""
     import subprocess
     import sys
 
@@ -140,20 +142,22 @@ def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0) -> Path:
         window = [{"role": "user", "content": f"m{i}", "timestamp": ""}]
         prompt = [{"role": "user", "content": f"m{i}"}]
         return rl_row(
-            prompt=prompt, query="q", query_time=None, messages=window, gold=[i % 2 == 0], answer="a",
-            split=split, index=i,
+            prompt=prompt, query="q", query_time=None, messages=window, gold=[both_ops or i % 2 == 0],
+            answer="a", split=split, index=i,
         )  # fmt: skip
 
     for split, n in (("train", 8), ("val", 4)):
         pq.write_table(pa.Table.from_pylist([row(i, split) for i in range(n)]), out / f"{split}.parquet")
     tok = AutoTokenizer.from_pretrained(out / "base")
     model = AutoModelForCausalLM.from_pretrained(out / "base")
-    target = json.dumps([{"op": "KEEP", "compressed_content": "m", "reason": "r"}]) + tok.eos_token
+    keep = json.dumps([{"op": "KEEP", "compressed_content": "m", "reason": "r"}]) + tok.eos_token
+    drop = json.dumps([{"op": "DROP", "compressed_content": "", "reason": "r"}]) + tok.eos_token
     pairs = []
     for i in range(8):
         chat = tok.apply_chat_template([{"role": "user", "content": f"m{i}"}], add_generation_prompt=True)
         chat = chat["input_ids"] if isinstance(chat, Mapping) else chat
-        pairs.append((list(chat), tok(target, add_special_tokens=False)["input_ids"]))
+        for target in (keep, drop) if both_ops else (keep,):
+            pairs.append((list(chat), tok(target, add_special_tokens=False)["input_ids"]))
     width = max(len(p) + len(t) for p, t in pairs)
     ids = torch.tensor([p + t + [tok.pad_token_id] * (width - len(p) - len(t)) for p, t in pairs])
     labels = torch.tensor([[-100] * len(p) + t + [-100] * (width - len(p) - len(t)) for p, t in pairs])
@@ -167,3 +171,51 @@ def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0) -> Path:
     model.save_pretrained(out / "sft")
     tok.save_pretrained(out / "sft")
     return out / "sft"
+
+
+def trl_train(data: Path, model: Path, checkpoint_dir: Path, **changes) -> Path:
+    """GRPO on TRL in this process, as task=train_grpo's subprocess runs it (trl_engine.trl_config, then
+    trl_grpo.train), on a tiny CPU setting: 2 prompts x 8 rollouts per batch, one prompt per optimiser step,
+    fp32, full fine-tune, no weight decay, no curriculum. Returns the checkpoint directory."""
+    from lazymem.train import trl_grpo
+    from lazymem.train.trl_engine import trl_config
+
+    settings = {
+        "rl_data_dir": str(data), "model": str(model), "checkpoint_dir": str(checkpoint_dir),
+        "n_gpus_per_node": 0, "train_batch_size": 2, "ppo_mini_batch_size": 1, "rollout_n": 8,
+        "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "max_response_length": 40,
+        "lr": 3e-4, "weight_decay": 0.0, "total_epochs": 10, "test_freq": 100, "save_freq": 100,
+        "val_before_train": False, "min_free_gib": 0, "bf16": False, "gradient_checkpointing": False,
+        "use_vllm": False, "curriculum": False, "max_steps": 16,
+    }  # fmt: skip
+    g = grpo_cfg(data, engine=GRPO_TRL, **{**settings, **changes})
+    g["lora"]["enabled"] = False
+    trl_grpo.train(trl_config(g, reward_cfg(data)))
+    return Path(checkpoint_dir)
+
+
+def sampled_reward(model: Path, rows: Path, n: int = 32, seed: int = 123) -> list[float]:
+    """The reward (phase 1) of `n` replies sampled as the rollouts are (T 0.9, top-p 0.95) to every prompt
+    of the parquet file `rows`: a policy's expected reward, measured apart from training."""
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lazymem.train.reward import compute_score
+
+    tok, policy = AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model)
+    torch.manual_seed(seed)
+    scores = []
+    for row in pq.read_table(rows).to_pylist():
+        chat = tok.apply_chat_template(
+            list(row["prompt"]), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        out = policy.generate(
+            **chat, do_sample=True, temperature=0.9, top_p=0.95, top_k=0, max_new_tokens=40,
+            num_return_sequences=n, pad_token_id=tok.pad_token_id,
+        )  # fmt: skip
+        for ids in out[:, chat["input_ids"].shape[1] :]:
+            text = tok.decode(ids, skip_special_tokens=True)
+            truth = row["reward_model"]["ground_truth"]
+            scores.append(compute_score(row["data_source"], text, truth, lam=0.0)["score"])
+    return scores

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 FILE = "summary.json"
-TABLES = ("perturbation", "reward_diagnostics")  # the task tables task=report knows how to render
+# the task tables task=report knows how to render
+TABLES = ("perturbation", "reward_diagnostics", "construction")
 
 
 class SummaryError(ValueError):

@@ -53,6 +53,17 @@ def val_set(pool, opts) -> tuple[list, dict | None]:
     return rl_data.pair_pool(pool, int(opts.seed))
 
 
+def val_prompts(cfg, run) -> list:
+    """The validation prompts (WindowItems) exactly as val.parquet holds them, without writing anything."""
+    opts = cfg.train.grpo.data
+    retriever = instantiate(cfg.retrieval)
+    processor = MemoryProcessor(
+        None, load(cfg.prompts.memory_system), load(cfg.prompts.memory_user), InvalidPolicy()
+    )
+    pool, _ = split_pool(cfg, "val", retriever, processor, opts, run)
+    return val_set(pool, opts)[0]
+
+
 def chains_for(cfg, ds, pool, llms) -> tuple[dict, dict]:
     """The referenced reasoning chain of every question with a prompt in `pool` (none when switched off)."""
     opts = cfg.train.grpo.data

@@ -5,6 +5,10 @@ annotations.jsonl (every kept window before balancing, for inspection). sft_stat
 length percentiles in tokens; a p95 above GRPO's response cap is a warning. With `val_questions`, the
 validation split is annotated the same way into lazymem_sft_val.json, and sft.yaml has LLaMA-Factory keep
 the epoch checkpoint with the lowest validation loss (App. D.1). Run with +experiment=build_sft.
+
+The teacher is `train.sft.teacher` (lazymem/train/sft_teachers.py): the LLM role llm.roles.teacher (the
+paper's), or with train.sft.teacher=gold the questions' evidence labels, which call no LLM: then no server
+starts and the preflight asks for no teacher role.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from omegaconf import OmegaConf
 from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.data import load_dataset, split_data
 from lazymem.llm.llm_set import build_llms
-from lazymem.preflight import data_problems, require_placement, role_problems
+from lazymem.preflight import data_problems, require_placement, role_problems, stop
 from lazymem.prompts import load
 from lazymem.tokens import count_tokens
 from lazymem.train import sft_data as sd
@@ -33,8 +37,9 @@ def write_json(path, data) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def annotated_split(cfg, split: str, n_questions: int, retriever, processor, teacher, run):
-    """Sample, window, annotate and balance one split: (statistics, balanced annotations, kept ones)."""
+def annotated_split(cfg, split: str, n_questions: int, retriever, processor, teacher, llms, run):
+    """Sample, window, annotate and balance one split: (statistics, balanced annotations, kept ones).
+    `teacher`: an SftTeacher (lazymem/train/sft_teachers.py), calling its roles in `llms`."""
     sft = cfg.train.sft
     ds = load_dataset(split_data(cfg.data, split, sft.split_paths[split]))
     run.meta.add_dataset(ds.source)
@@ -44,7 +49,7 @@ def annotated_split(cfg, split: str, n_questions: int, retriever, processor, tea
     )
     log.info("%s: %d questions -> %d windows to annotate", split, len(questions), len(items))
     kept, discards, codes = asyncio.run(
-        sd.annotate(teacher, items, processor.prompt_version, bool(sft.with_reasoning))
+        teacher.annotate(items, processor.prompt_version, bool(sft.with_reasoning), llms)
     )
     balanced, info = sd.balance(kept, int(sft.seed)) if sft.balance else (kept, {})
     cap = int(sft.grpo_response_cap)
@@ -52,19 +57,26 @@ def annotated_split(cfg, split: str, n_questions: int, retriever, processor, tea
 
 
 def problems(cfg) -> list[str]:
-    """The data, the teacher and the retrieval, checked before a chain starts (lazymem/chain/preflight.py)."""
-    return data_problems(cfg) + role_problems(cfg, ["teacher"])
+    """The data, the teacher and the retrieval, checked before a chain starts (lazymem/chain/preflight.py).
+    Only the LLM roles the teacher calls are checked (none for train.sft.teacher=gold)."""
+    teacher = instantiate(cfg.train.sft.teacher)
+    own = teacher.problems(bool(cfg.train.sft.with_reasoning))
+    return data_problems(cfg) + own + role_problems(cfg, list(teacher.roles))
 
 
 def run(cfg, run) -> dict:
     sft = cfg.train.sft
-    require_placement(cfg, ["teacher"])
+    teacher = instantiate(sft.teacher)
+    stop(teacher.problems(bool(sft.with_reasoning)))
+    require_placement(cfg, list(teacher.roles))
     retriever = instantiate(cfg.retrieval)
     system, user = load(cfg.prompts.memory_system), load(cfg.prompts.memory_user)
-    with build_llms(cfg.llm, run.dir / "servers") as llms:
-        teacher = llms["teacher"]
-        processor = MemoryProcessor(teacher, system, user, InvalidPolicy())
-        args = (retriever, processor, teacher, run)
+    with build_llms(cfg.llm, run.dir / "servers") as llms:  # servers start on a role's first use
+        for role in teacher.roles:
+            llms[role]  # the teacher's server starts now, before any retrieval work
+        # the memory model's prompts for the windows; the processor itself calls no LLM here
+        processor = MemoryProcessor(None, system, user, InvalidPolicy())
+        args = (retriever, processor, teacher, llms, run)
         result, balanced, kept = annotated_split(cfg, "train", int(sft.n_questions), *args)
         val = annotated_split(cfg, "val", int(sft.val_questions), *args) if sft.val_questions else None
     out = run.dir

@@ -6,7 +6,8 @@ Each input is a run directory (task=evaluate or task=main_table) or a folder abo
 (a Hydra sweep with numbered subdirectories). Writes into this run's directory: report.md and one CSV
 per table, the PNG plots and dashboard.html (self-contained; open it from disk), and prints the tables.
 
-Options (conf/config.yaml, `report:`): inputs (required), aliases, max_chars.
+Options (conf/config.yaml, `report:`): inputs (required), aliases, max_chars, training (GRPO checkpoint
+directories: learning curves, lazymem/report/curves.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from lazymem.eval.summary import SummaryError
-from lazymem.report import ablation_tables
+from lazymem.report import ablation_tables, curves
 from lazymem.report.collect import load_runs, rows
 from lazymem.report.dashboard import write_dashboard
 from lazymem.report.plots import make_plots
@@ -44,9 +45,12 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: no run directories (config.yaml + summary.json) under {inputs}")
     flat = rows(runs)
     ref = load_references()
-    tables = build_tables(flat, ref, aliases) + ablation_tables.build(runs, ref)
+    training = [str(d) for d in _option(cfg, "training", []) or []]
+    extra = [curves.construction_table(runs), curves.learning_table(training)]
+    tables = build_tables(flat, ref, aliases) + ablation_tables.build(runs, ref) + [t for t in extra if t]
     md = write_tables(tables, run.dir)
     plots = make_plots(flat, ref, run.dir, aliases)
+    plots += [p for p in (curves.learning_plot(training, run.dir),) if p]
     dashboard = write_dashboard(run.dir, tables, plots, runs, max_chars)
     print("\n" + md)
     print(f"dashboard: {dashboard}")

@@ -16,10 +16,8 @@ import asyncio
 import json
 import logging
 
-from hydra.utils import instantiate
 from tqdm import tqdm
 
-from lazymem.construct.processor import InvalidPolicy, MemoryProcessor
 from lazymem.eval.records import read_records
 from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.llm_set import build_llms, role_config
@@ -27,7 +25,7 @@ from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table11
 from lazymem.report.tables import load_references, write_tables
-from lazymem.tasks.build_rl import split_pool, val_set
+from lazymem.tasks.build_rl import val_prompts
 from lazymem.train.diagnostics import reward_ordering
 
 log = logging.getLogger(__name__)
@@ -35,13 +33,7 @@ log = logging.getLogger(__name__)
 
 def prompts(cfg, run) -> list:
     """The RL validation prompts (WindowItems), as task=build_rl writes them to val.parquet."""
-    opts = cfg.train.grpo.data
-    retriever = instantiate(cfg.retrieval)
-    processor = MemoryProcessor(
-        None, load(cfg.prompts.memory_system), load(cfg.prompts.memory_user), InvalidPolicy()
-    )
-    pool, _ = split_pool(cfg, "val", retriever, processor, opts, run)
-    pool, _ = val_set(pool, opts)
+    pool = val_prompts(cfg, run)
     limit = cfg.rollouts.limit
     return pool if limit is None else pool[: int(limit)]
 

@@ -53,7 +53,7 @@ def sft_yaml(
         "deepspeed": str(deepspeed),
         "dataset": "lazymem_sft",
         "dataset_dir": str(dataset_dir),
-        "template": "qwen3",
+        "template": str(sft.get("template") or "qwen3"),
         "enable_thinking": bool(with_reasoning),
         "cutoff_len": int(sft["cutoff_len"]),
         "overwrite_cache": True,

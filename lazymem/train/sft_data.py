@@ -1,9 +1,11 @@
 """SFT data for the memory model (paper Section 3.3, Appendix D.2): teacher-annotated (query, window) pairs.
 
 Questions are sampled per type, retrieved and windowed exactly as at inference, and each window is sent to
-the teacher with the memory model's own prompt. A window is discarded when the call fails, the reply fails
-the format gate (the same `check_decisions` the RL reward uses), or the teacher drops a gold message. The
-kept windows are balanced: every window with a KEEP plus as many seeded-sampled all-DROP windows.
+the teacher with the memory model's own prompt (or, with train.sft.teacher=gold, answered from the
+question's evidence labels: lazymem/train/sft_teachers.py). A window is discarded when the call fails, the
+reply fails the format gate (the same `check_decisions` the RL reward uses), or the teacher drops a gold
+message. The kept windows are balanced: every window with a KEEP plus as many seeded-sampled all-DROP
+windows.
 
 GRPO caps a rollout at ``max_response_length`` tokens (Table 10: 3,072), and a rollout cut there fails the
 format gate. A policy taught targets longer than the cap writes such rollouts, and the curriculum's format
@@ -112,18 +114,24 @@ def discard_reason(gate_error: str | None, decisions, gold) -> str | None:
     return None
 
 
+def gated(item: WindowItem, generated: str, reasoning: str, with_reasoning: bool):
+    """One teacher reply through the format gate and the gold check, whoever wrote it (an LLM, or the
+    evidence labels: lazymem/train/sft_teachers.py): (Annotation or None, discard reason or None, gate
+    error code or None)."""
+    gate = check_decisions(generated, item.n)
+    reason = discard_reason(gate.error, gate.decisions, item.gold)
+    if reason:
+        return None, reason, gate.error
+    return Annotation(item, gate.decisions, reasoning.strip() if with_reasoning else ""), None, None
+
+
 async def annotate_one(teacher, item: WindowItem, prompt_version: str, with_reasoning: bool):
     """(Annotation or None, discard reason or None, gate error code or None)."""
     fmt = json_schema_format(decision_schema(item.n), name="window_decisions")
     reply = await teacher.chat(item.chat, prompt_version=prompt_version, response_format=fmt)
     if reply.error:
         return None, "call_error", None
-    gate = check_decisions(reply.generated, item.n)
-    reason = discard_reason(gate.error, gate.decisions, item.gold)
-    if reason:
-        return None, reason, gate.error
-    thinking = reply.reasoning or ""
-    return Annotation(item, gate.decisions, thinking.strip() if with_reasoning else ""), None, None
+    return gated(item, reply.generated, reply.reasoning or "", with_reasoning)
 
 
 async def annotate(teacher, items, prompt_version: str, with_reasoning: bool):
@@ -131,6 +139,11 @@ async def annotate(teacher, items, prompt_version: str, with_reasoning: bool):
     results = await asyncio.gather(
         *(annotate_one(teacher, it, prompt_version, with_reasoning) for it in items)
     )
+    return tally(results)
+
+
+def tally(results):
+    """(kept annotations, discards by reason, discards by gate code) of `gated` results."""
     kept = [a for a, _, _ in results if a is not None]
     reasons = Counter({r: 0 for r in REASONS})
     reasons.update(r for _, r, _ in results if r)

@@ -123,3 +123,49 @@ class GrpoLog(TrainerCallback):
         if self.curriculum is not None:
             self.curriculum.observe_validation(means["format_ok"], step=step)
         check_judge(means.get("judge_error_rate"), self.max_error_rate, step)
+
+
+class PolicyNotMoved(RuntimeError):
+    """The policy's trainable weights after some optimiser steps still equal the initial ones."""
+
+
+class PolicyMoved(TrainerCallback):
+    """Stops training loudly when the policy has not moved after ``step`` optimiser steps.
+
+    A run whose updates all round away (bf16 weights under a 1e-6 step), whose learning rate is 0 or whose
+    gradients never reach the weights looks healthy in every log but learns nothing. At the start this keeps a
+    strided sample of up to ``per_tensor`` elements of every trainable tensor (a few MB for a 4B model); at
+    optimiser step ``step`` it raises :class:`PolicyNotMoved` if no sampled element changed. Only a run that
+    starts before ``step`` checks (a run resumed past it has a checkpoint that moved or was checked).
+    """
+
+    def __init__(self, step: int, per_tensor: int = 256):
+        self.step, self.per_tensor = int(step), int(per_tensor)
+        self.initial: dict[str, Any] | None = None
+
+    def sample(self, model) -> dict[str, Any]:
+        out = {}
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                flat = p.detach().reshape(-1)
+                out[name] = flat[:: max(1, flat.numel() // self.per_tensor)].float().cpu().clone()
+        return out
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.step > 0 and state.global_step < self.step and model is not None:
+            self.initial = self.sample(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.initial is None or state.global_step != self.step:
+            return
+        now, before = self.sample(model), self.initial
+        self.initial = None
+        changed = sum(int((now[k] != v).sum()) for k, v in before.items())
+        if not changed:
+            total = sum(v.numel() for v in before.values())
+            raise PolicyNotMoved(
+                f"after {self.step} optimiser steps none of {total} sampled trainable weights changed: the "
+                "policy is not learning (learning rate 0, updates rounding away in bf16 weights, no gradient "
+                "reaching them, or equal rewards within every group so far); train.grpo.policy_check_step=0 "
+                "switches this check off"
+            )

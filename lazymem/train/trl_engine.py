@@ -47,8 +47,12 @@ def grpo_args(g: Mapping[str, Any]) -> dict[str, Any]:
         "seed": g["seed"],
         "data_seed": g["seed"],
         "use_cpu": cpu,
+        # bf16 is autocast (transformers' TrainingArguments.bf16); the weights AdamW updates stay fp32 (N20):
+        # in bf16 (8 mantissa bits) a 1e-6 step rounds away on any weight above ~3e-4. A full fine-tune loads
+        # fp32; LoRA may load the frozen base in bf16, since peft upcasts the adapter to fp32 unless ZeRO-3
+        # (trl 1.16 grpo_trainer.py:450-476, get_peft_model's autocast_adapter_dtype=True)
         "bf16": bool(g["bf16"]),
-        "model_init_kwargs": {"dtype": "bfloat16" if g["bf16"] else "float32"},
+        "model_init_kwargs": {"dtype": weights_dtype(g)},
         "gradient_checkpointing": bool(g["gradient_checkpointing"]),
         # the optimiser (Table 10): AdamW, constant lr, no warmup (transformers 5.10 takes a ratio < 1 in
         # warmup_steps, training_args.py:775), weight decay, gradient clip
@@ -64,6 +68,9 @@ def grpo_args(g: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon": g["clip_ratio"],
         "epsilon_high": g["clip_ratio"],
         "beta": g["kl_loss_coef"],
+        # VERL's low_var_kl is k3 on the reference alone; trl 1.16's default multiplies it by the importance
+        # ratio (grpo_config.py:972, grpo_trainer.py:3104-3105), a term VERL does not have (N19)
+        "use_bias_correction_kl": False,
         "loss_type": g["loss_type"],
         "scale_rewards": "group",  # VERL's GRPO advantage: (r - group mean) / group std
         # rollouts (Table 10); top_k 0 = off, as VERL's -1
@@ -97,11 +104,23 @@ def grpo_args(g: Mapping[str, Any]) -> dict[str, Any]:
         "logging_steps": 1,
         "report_to": ["wandb"] if g.get("reports") else "none",
         "use_vllm": bool(g["use_vllm"]),
+        # off (N18; VERL has no such correction): trl 1.16 defaults it on (grpo_config.py:925) and multiplies
+        # the loss by exp(sum of trainer - vLLM log-probs) per sequence (grpo_trainer.py:2660-2670, 3146),
+        # but vLLM's log-probs are taken after top-p and the trainer's over the whole vocabulary, so the ratio
+        # of a long reply is far from 1 and scales its policy gradient towards 0 (sequence_mask drops it).
+        # Without it the trainer still recomputes the old log-probs of the second update of a batch
+        # (grpo_trainer.py:2642: gradient_accumulation_steps % steps_per_generation != 0), as VERL does
+        "vllm_importance_sampling_correction": False,
         "vllm_mode": g["vllm_mode"],
         "vllm_gpu_memory_utilization": g["vllm_gpu_memory_utilization"],
         "vllm_enable_sleep_mode": bool(g["vllm_enable_sleep_mode"]),
         "vllm_max_model_length": int(g["max_prompt_length"]) + int(g["max_response_length"]),
     }
+
+
+def weights_dtype(g: Mapping[str, Any]) -> str:
+    """The dtype the policy's weights load in: bf16 only for a LoRA base (frozen), fp32 otherwise (N20)."""
+    return "bfloat16" if g["bf16"] and g["lora"]["enabled"] else "float32"
 
 
 def lora_args(g: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -129,6 +148,7 @@ def trl_config(g: Mapping[str, Any], reward: Mapping[str, Any] | None) -> dict[s
         "val_file": str(data / "val.parquet"),
         "checkpoint_dir": str(Path(g["checkpoint_dir"]).resolve()),
         "curriculum": bool(g["curriculum"]),
+        "policy_check_step": int(g["policy_check_step"]),
         "reward": reward_settings(reward, g["checkpoint_dir"]),
         "args": grpo_args(g),
         "lora": lora_args(g),

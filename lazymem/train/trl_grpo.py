@@ -51,11 +51,12 @@ def newest_checkpoint(directory: Path) -> tuple[Path | None, int]:
 def train(config: dict[str, Any]) -> Path | None:
     """Run GRPO as ``config`` says (trl_engine.trl_config); returns the checkpoint it resumed from."""
     from peft import LoraConfig
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from lazymem.train.curriculum import Curriculum
     from lazymem.train.quality_judge import JudgeConfig
-    from lazymem.train.trl_callbacks import GrpoLog, MemoryReward, forget_unsaved
+    from lazymem.train.trl_callbacks import GrpoLog, MemoryReward, PolicyMoved, forget_unsaved
+    from lazymem.train.trl_trainer import MemoryGrpoTrainer
 
     directory = Path(config["checkpoint_dir"])
     directory.mkdir(parents=True, exist_ok=True)
@@ -71,14 +72,14 @@ def train(config: dict[str, Any]) -> Path | None:
     bound = JudgeConfig.from_mapping(settings["judge"]).max_error_rate
     callback = GrpoLog(reward, directory, bound, curriculum)
     lora = config["lora"]
-    trainer = GRPOTrainer(
+    trainer = MemoryGrpoTrainer(
         model=config["model"],
         reward_funcs=[reward],
         args=GRPOConfig(**config["args"]),
         train_dataset=rows(config["train_file"]),
         eval_dataset=rows(config["val_file"]),
         peft_config=LoraConfig(**lora) if lora else None,
-        callbacks=[callback],
+        callbacks=[callback, PolicyMoved(int(config["policy_check_step"]))],
     )
     reward.training = lambda: trainer.model.training
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -22,7 +22,9 @@ from helpers import MAIN_TABLE_METHODS
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # paper mode on tiny models through vLLM's CPU build: neither a paper experiment nor a bundled-model one
 REHEARSALS = ["rehearsal_cpu"]
-CPU = [e for e in EXPERIMENTS if (e.endswith("_cpu") or e == "quickstart") and e not in REHEARSALS]
+# CPU mode without the suffix: the quick start, and chain_mini (the chain on SmolLM2-135M)
+UNSUFFIXED_CPU = ("quickstart", "chain_mini")
+CPU = [e for e in EXPERIMENTS if (e.endswith("_cpu") or e in UNSUFFIXED_CPU) and e not in REHEARSALS]
 PAPER = [e for e in EXPERIMENTS if e not in CPU and e not in REHEARSALS]
 # experiments whose job reads LongMemEval questions, and the split the paper uses for it
 SPLITS = {

@@ -54,6 +54,7 @@ def test_sft_yaml_follows_table_10():
     assert (y["num_train_epochs"], y["cutoff_len"], y["finetuning_type"]) == (2, 8192, "full")
     assert y["bf16"] and y["deepspeed"] == "ds.json" and y["report_to"] == "wandb"
     assert sft_yaml(opts, "d", "ds.json", with_reasoning=True)["enable_thinking"] is True
+    assert sft_yaml({**opts, "template": "smollm2"}, "d", "ds.json", False)["template"] == "smollm2"
     # LLaMA-Factory 0.9.3's transformers (<= 4.52.4) defaults, which 0.9.5's transformers 5.x changed
     assert (y["optim"], y["average_tokens_across_devices"]) == ("adamw_torch", False)
     assert "eval_dataset" not in y and "load_best_model_at_end" not in y  # no validation set, no choice

@@ -11,7 +11,14 @@ import pytest
 from lazymem.train.checkpoint_select import VALIDATION_LOG, read_validations
 from lazymem.train.curriculum import Curriculum
 from lazymem.train.rl_rows import ground_truth_json
-from lazymem.train.trl_callbacks import TRAIN_LOG, GrpoLog, MemoryReward, forget_unsaved
+from lazymem.train.trl_callbacks import (
+    TRAIN_LOG,
+    GrpoLog,
+    MemoryReward,
+    PolicyMoved,
+    PolicyNotMoved,
+    forget_unsaved,
+)
 from lazymem.train.verl_trainer import JudgeErrorRateExceeded
 
 VALID = json.dumps([{"op": "KEEP", "compressed_content": "m", "reason": "r"}])
@@ -66,3 +73,25 @@ def test_a_resume_forgets_the_steps_after_its_checkpoint(tmp_path):
     assert forget_unsaved(tmp_path, 2) == 2
     assert [json.loads(x)["step"] for x in (tmp_path / TRAIN_LOG).read_text().splitlines()] == [1, 2]
     assert sorted(read_validations(tmp_path)) == [0, 2]
+
+
+def test_the_policy_check_raises_only_when_no_sampled_weight_moved():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(64, 64)
+    model.bias.requires_grad_(False)  # frozen tensors are not sampled
+    check = PolicyMoved(step=2, per_tensor=16)
+    check.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    assert set(check.initial) == {"weight"} and check.initial["weight"].numel() == 16
+    check.on_step_end(None, SimpleNamespace(global_step=1), None, model=model)  # not yet step 2
+    with pytest.raises(PolicyNotMoved, match="after 2 optimiser steps none of 16 sampled"):
+        check.on_step_end(None, SimpleNamespace(global_step=2), None, model=model)
+    check.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    with torch.no_grad():
+        model.weight[0, 0] += 1e-3  # one sampled element (the stride starts at 0) is enough
+    check.on_step_end(None, SimpleNamespace(global_step=2), None, model=model)
+    resumed = PolicyMoved(step=2)  # a run resumed at or past the step does not check
+    resumed.on_train_begin(None, SimpleNamespace(global_step=2), None, model=model)
+    assert resumed.initial is None
+    off = PolicyMoved(step=0)
+    off.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    assert off.initial is None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lazymem.train.trl_engine import CONFIG, TrlEngine, grpo_args, lora_args
+from lazymem.train.trl_engine import CONFIG, TrlEngine, grpo_args, lora_args, trl_config
 
 from helpers_train import GRPO_TRL, grpo_cfg, reward_cfg
 
@@ -58,3 +58,21 @@ def test_launch_writes_the_scripts_config_and_needs_the_reward(tmp_path):
     assert config["reward"]["tau"] == 0.99
     with pytest.raises(ValueError, match="train.reward"):
         TrlEngine().launch(g, None, tmp_path)
+
+
+def test_the_loss_is_verls_not_trls_defaults(tmp_path):
+    """trl 1.16 defaults (grpo_config.py:925, :972) that VERL does not have are off; a full fine-tune keeps
+    fp32 weights under bf16 autocast while a LoRA base may load in bf16 (peft upcasts the adapter)."""
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    trl_default = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    assert trl_default.vllm_importance_sampling_correction and trl_default.use_bias_correction_kl
+    g = grpo_cfg(tmp_path, engine=GRPO_TRL)
+    args = GRPOConfig(**{**grpo_args(g), "use_cpu": True, "bf16": False, "use_vllm": False})
+    assert args.vllm_importance_sampling_correction is False and args.use_bias_correction_kl is False
+    assert grpo_args(g)["bf16"] and grpo_args(g)["model_init_kwargs"] == {"dtype": "bfloat16"}  # LoRA
+    full = {**g, "lora": {**g["lora"], "enabled": False}}
+    assert grpo_args(full)["bf16"] and grpo_args(full)["model_init_kwargs"] == {"dtype": "float32"}
+    assert grpo_args({**full, "bf16": False})["model_init_kwargs"] == {"dtype": "float32"}
+    assert trl_config(g, reward_cfg(tmp_path))["policy_check_step"] == 4

@@ -1,0 +1,134 @@
+"""GRPO learning curves and the memory model's construction by stage, for task=report.
+
+``report.training``: GRPO checkpoint directories (train_metrics.jsonl: one line per optimiser step;
+validation_metrics.jsonl: one line per validation round). Plotted: the training batches' mean reward per
+step with a running mean, and the validation reward per round. Tabled: whether the training reward rose,
+as the mean of the last fifth of the steps minus the first fifth's, with a bootstrap CI (steps resampled
+within each fifth). Runs whose summary.json holds the table ``construction`` (task=construction_eval) make
+Table 3 (mini): one row per stage with 95% CIs over questions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lazymem.report.collect import Run  # noqa: E402
+from lazymem.report.tables import STAGE_ORDER, Cell, Table  # noqa: E402
+from lazymem.train.checkpoint_select import read_validations  # noqa: E402
+from lazymem.train.diagnostics import load_jsonl  # noqa: E402
+
+TRAIN_LOG = "train_metrics.jsonl"  # trl_callbacks.TRAIN_LOG; VERL's trainer writes the same file
+
+
+def step_rewards(directory: str | Path) -> list[tuple[int, float]]:
+    """(step, the batch's mean reward) per optimiser step; a step logged twice keeps its last line."""
+    path = Path(directory) / TRAIN_LOG
+    by_step = {int(r["step"]): float(r["score"]) for r in load_jsonl(path)} if path.exists() else {}
+    return sorted(by_step.items())
+
+
+def reward_trend(rewards: list[float], resamples: int = 10000, seed: int = 0) -> dict:
+    """Mean of the last fifth minus the first fifth, with a percentile bootstrap 95% CI."""
+    k = len(rewards) // 5
+    if k < 2:
+        return {"steps": len(rewards), "first": None, "last": None, "diff": None, "low": None, "high": None}
+    first, last = np.asarray(rewards[:k]), np.asarray(rewards[-k:])
+    rng = np.random.default_rng(seed)
+    diffs = last[rng.integers(0, k, (resamples, k))].mean(1) - first[rng.integers(0, k, (resamples, k))].mean(
+        1
+    )
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    out = {"steps": len(rewards), "first": float(first.mean()), "last": float(last.mean())}
+    return out | {"diff": float(last.mean() - first.mean()), "low": float(low), "high": float(high)}
+
+
+def learning_plot(directories: list[str], out: Path) -> Path | None:
+    runs = [(Path(d), step_rewards(d), read_validations(d)) for d in directories]
+    runs = [r for r in runs if r[1] or r[2]]
+    if not runs:
+        return None
+    fig, (train_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (path, steps, rounds) in enumerate(runs):
+        label = path.parent.name or str(path)
+        if steps:
+            xs, ys = zip(*steps, strict=True)
+            train_ax.plot(xs, ys, color=f"C{i}", alpha=0.3, lw=0.8)
+            width = max(1, len(ys) // 10)
+            running = np.convolve(ys, np.ones(width) / width, mode="valid")
+            train_ax.plot(xs[width - 1 :], running, color=f"C{i}", label=f"{label} (mean of {width})")
+        if rounds:
+            val_ax.plot(sorted(rounds), [rounds[s]["reward"] for s in sorted(rounds)], "o-", color=f"C{i}")
+    train_ax.set(title="GRPO: training reward per step", xlabel="optimiser step", ylabel="mean reward")
+    val_ax.set(title="validation reward per round", xlabel="optimiser step", ylabel="mean reward")
+    train_ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "grpo_learning.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def learning_table(directories: list[str]) -> Table | None:
+    t = Table(
+        "grpo_learning",
+        "GRPO: did the training reward rise? (last fifth of the steps minus the first fifth)",
+        ["run"],
+        ["steps", "first fifth", "last fifth", "Δ", "Δ 95% low", "Δ 95% high"],
+        note="Each step's value is the mean reward of the batch it trained on; the CI resamples the steps "
+        "within each fifth.",
+    )
+    for d in directories:
+        trend = reward_trend([r for _, r in step_rewards(d)])
+        if trend["steps"]:
+            keys = ("first", "last", "diff", "low", "high")
+            t.rows.append(
+                ([str(d)], [Cell(trend["steps"], digits=0), *(Cell(trend[k], digits=3) for k in keys)])
+            )
+    return t if t.rows else None
+
+
+def construction_table(runs: list[Run]) -> Table | None:
+    """Table 3 (mini): the construction metrics of every run holding the ``construction`` table."""
+    found = [(r, r.summary["tables"]["construction"]) for r in runs if "construction" in r.summary["tables"]]
+    if not found:
+        return None
+    t = Table(
+        "table3_construction",
+        "Table 3 (mini): the memory model's KEEP/DROP decisions by training stage, on the validation windows",
+        ["stage", "run"],
+        [
+            "Fmt.",
+            "Gold kept",
+            "±",
+            "Non-gold dropped",
+            "±",
+            "F1",
+            "±",
+            "Reward",
+            "±",
+            "s / question",
+            "windows",
+        ],
+        note="Means over questions; ±: half the 95% bootstrap CI over questions. Greedy replies, the strict "
+        "format gate (an invalid reply keeps and drops nothing; reward 0).",
+    )
+
+    def order(item):
+        stage = item[1].get("stage") or ""
+        return (STAGE_ORDER.index(stage) if stage in STAGE_ORDER else 9, stage)
+
+    for run, c in sorted(found, key=order):
+        cells = [Cell(c["format_ok"]["mean"], digits=3)]
+        for m in ("gold_kept", "nongold_dropped", "f1", "reward"):
+            ci = c[m]
+            half = None if ci["low"] is None else (ci["high"] - ci["low"]) / 2
+            cells += [Cell(ci["mean"], digits=3), Cell(half, digits=3)]
+        cells += [Cell(c["seconds"]["mean"], digits=2), Cell(c["windows"], digits=0)]
+        t.rows.append(([c.get("stage") or "-", run.name], cells))
+    return t
