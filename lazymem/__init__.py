@@ -16,6 +16,7 @@ LAYERS = (
         "subproc",
         "interrupt",
         "rundir",
+        "cuda_env",
     ),
     # classes a config names by registered name or import path (backends, judge styles)
     ("registry",),

@@ -16,11 +16,14 @@ forward pass, its non-torch memory and the CUDA graphs it will capture
 (vllm/v1/worker/gpu_worker.py:632-760); it refuses to start when that cannot hold one ``max_model_len``
 sequence (vllm/v1/core/kv_cache_utils.py:1104-1137). So a server counts for its whole share, and needs its
 weights, :func:`vllm_overhead` and one full sequence's KV cache in it, plus :data:`MARGIN_GIB`; the encoder
-and the reranker count for their weights plus a margin.
+and the reranker count for their weights, the peak activations of one full batch of their longest inputs
+(:func:`lazymem.model_memory.activation_gib`: Qwen3-Embedding-8B's 16 x 8,192 tokens take 12 GiB) and
+:data:`TORCH_CONTEXT_GIB`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -36,7 +39,7 @@ from omegaconf import OmegaConf, open_dict
 from lazymem.llm.backends import Backend, get_backend
 from lazymem.llm.cache import canonical_json
 from lazymem.llm.llm_set import role_config, to_dict
-from lazymem.model_memory import kv_gib, model_gib
+from lazymem.model_memory import activation_gib, kv_gib, model_gib
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +54,14 @@ NON_TORCH_GIB, NON_TORCH_TP_GIB = 0.5, 1.0
 MARGIN_GIB = 1.0
 # the KV cache a server must hold when its model's config does not say
 MIN_KV_GIB = 1.0
-# the dense encoder's and the reranker's CUDA context and the activations of one batch
+# the dense encoder's and the reranker's CUDA context, cuBLAS workspace and allocator slack, beside the
+# activations of one batch (model_memory.activation_gib)
+TORCH_CONTEXT_GIB = 1.0
+# the same with the activations, for a model whose config does not tell them
 TORCH_OVERHEAD_GIB = 2.0
+# the batch and input length of the encoder and the reranker when their config does not say: the defaults
+# of lazymem/retrieval/dense.py (64, the model's own length) and rerank.py's FlagReranker (32, 1,024)
+ENCODER_BATCH, RERANKER_BATCH, RERANKER_TOKENS = 64, 32, 1024
 # the largest share of a GPU a plan hands out: the rest is the CUDA contexts' (outside vLLM's share)
 MAX_UTIL = 0.95
 # GPU counts of the shipped plans conf/placement/gpuN.yaml
@@ -131,6 +140,7 @@ class Tenant:
     keys: dict[str, list[str]] = field(default_factory=dict)  # option -> every config key holding it
     model: str = ""  # its model directory
     roles: list[str] = field(default_factory=list)  # a server's roles
+    act: float | None = None  # a torch model's GiB of activations for one batch; None: unknown
 
     @property
     def count(self) -> int:
@@ -142,7 +152,9 @@ class Tenant:
 
     def overhead(self, tp: int | None = None) -> float:
         tp = tp or self.tp
-        return vllm_overhead(self.per_gpu(tp), tp) if self.server else TORCH_OVERHEAD_GIB
+        if self.server:
+            return vllm_overhead(self.per_gpu(tp), tp)
+        return TORCH_OVERHEAD_GIB if self.act is None else TORCH_CONTEXT_GIB + self.act
 
     def need(self, tp: int | None = None) -> float:
         """Least GiB per GPU: weights, overhead, one full sequence's KV cache and the margin."""
@@ -252,14 +264,19 @@ def _retrieval(cfg, visible: list[Gpu], found: list[str]) -> list[Tenant]:
         kwargs = enc.get("model_kwargs") or {}
         dtype = kwargs.get("dtype") or kwargs.get("torch_dtype")  # sentence-transformers loads float32 else
         key = f"retrieval.retrievers.{name}.encoder.device"
-        parts.append((f"the {name} encoder", key, enc.get("model"), enc.get("device", "auto"), dtype))
+        batch = (
+            enc.get("batch_size") or ENCODER_BATCH,
+            enc.get("max_seq_length") or _st_length(enc.get("model")),
+        )
+        parts.append((f"the {name} encoder", key, enc.get("model"), enc.get("device", "auto"), dtype, batch))
     rr = retrieval.get("reranker") or {}
     if "devices" in rr:  # FlagReranker (BGE)
         dtype = "float16" if rr.get("use_fp16", True) else "float32"
         key = "retrieval.reranker.devices"
-        parts.append(("the reranker", key, rr.get("model"), rr.get("devices"), dtype))
+        batch = (rr.get("batch_size") or RERANKER_BATCH, rr.get("max_length") or RERANKER_TOKENS)
+        parts.append(("the reranker", key, rr.get("model"), rr.get("devices"), dtype, batch))
     models = []
-    for label, key, model, spec, dtype in parts:
+    for label, key, model, spec, dtype, (size, tokens) in parts:
         if not model or str(model).startswith("bundled:"):
             continue
         what = f"{label} ({Path(str(model)).name})"
@@ -267,8 +284,20 @@ def _retrieval(cfg, visible: list[Gpu], found: list[str]) -> list[Tenant]:
         if missing:
             found.append(f"{key} = {spec!r}: {', '.join(missing)} is not visible ({len(visible)} GPUs)")
         if devices or missing:
-            models.append(Tenant(what, key, devices, _weights(what, str(model), dtype), model=str(model)))
+            act = activation_gib(str(model), int(size), tokens, dtype)
+            weights = _weights(what, str(model), dtype)
+            models.append(Tenant(what, key, devices, weights, model=str(model), act=act))
     return models
+
+
+def _st_length(model) -> int | None:
+    """sentence-transformers' own input limit of a model directory (sentence_bert_config.json), which it
+    truncates to when max_seq_length is null; None: the model's context length bounds it."""
+    path = Path(str(model)).expanduser() / "sentence_bert_config.json"
+    try:
+        return json.loads(path.read_text())["max_seq_length"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _plan_for(n: int) -> int:
@@ -446,7 +475,7 @@ def _layout(models: list[Tenant], gpus: list[Gpu]) -> list[Tenant] | str:
             room[i] -= big.need()
         misfit = _pack(others, order[big.tp :] + order[: big.tp], room)
     if misfit is not None:
-        return f"{misfit.what} ({misfit.need():.1f} GiB) finds no GPU with room for it"
+        return f"{misfit.what} ({_need(misfit)}) finds no GPU with room for it"
     by_index = {g.index: g for g in gpus}
     for t in models:
         if t.server:
@@ -458,6 +487,16 @@ def _layout(models: list[Tenant], gpus: list[Gpu]) -> list[Tenant] | str:
                 shares.append(part / by_index[i].total_gib)
             t.util = math.floor(min(shares) * 100) / 100
     return models
+
+
+def _need(t: Tenant) -> str:
+    """A model's need in GiB, a torch model's with its batch's activations and where to make them smaller."""
+    if t.server or t.act is None:
+        return f"{t.need():.1f} GiB"
+    return (
+        f"{t.need():.1f} GiB: {t.per_gpu():.1f} of weights, {t.act:.1f} of activations for one full batch; a "
+        f"smaller batch_size or max length under {t.key.rsplit('.', 1)[0]} takes less"
+    )
 
 
 def _least_alone(items: list[Tenant], cap: float) -> int | None:
@@ -581,7 +620,8 @@ def describe(cfg, inventory: list[Gpu], roles: list[str], every: bool = False) -
                 f"{seqs:.1f} sequences of {t.tokens or '?'} tokens (max_num_seqs {t.seqs or 'vLLM default'})"
             )
         else:
-            line += f": {t.weights or 0.0:.1f} weights + {TORCH_OVERHEAD_GIB:g} margin"
+            extra = f"{t.overhead():.1f} a batch's activations, CUDA context"
+            line += f": {t.weights or 0.0:.1f} weights + {extra}"
         lines.append(line)
     return lines
 

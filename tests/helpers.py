@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lazymem import cuda_env
 from lazymem.data.schema import History, Message, Question
 
 from standin import STANDIN_OVERRIDES, standin_env
@@ -102,3 +103,25 @@ def make_history(sessions: list[tuple[str, str, list[str]]]) -> History:
 def ask(text="What did I name the dog I adopted?", **kw) -> Question:
     """A question on history "h" whose answer is Biscuit."""
     return Question(id="q", type="single-session-user", text=text, answer="Biscuit", history_id="h", **kw)
+
+
+def fake_cuda_tools(tmp_path: Path, monkeypatch, driver: str | None, nvcc: str | None) -> None:
+    """PATH holds only a fake nvidia-smi reporting driver `driver` and a fake nvcc of CUDA release `nvcc`
+    (None: absent), and torch's other places for nvcc are empty."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("nvidia-smi", "nvcc"):
+        (bin_dir / tool).unlink(missing_ok=True)
+    scripts = {}
+    if driver is not None:
+        query = "--query-gpu=driver_version --format=csv,noheader"
+        scripts["nvidia-smi"] = f'[ "$*" = "{query}" ] || exit 2\necho {driver}\necho {driver}\n'
+    if nvcc is not None:
+        scripts["nvcc"] = f"echo 'Cuda compilation tools, release {nvcc}, V{nvcc}.88'\n"
+    for tool, body in scripts.items():
+        (bin_dir / tool).write_text("#!/bin/sh\n" + body)
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(cuda_env, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")

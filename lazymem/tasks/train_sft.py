@@ -3,7 +3,9 @@
 Reads the sft.yaml of a build_sft run (train.sft.data_dir), applies train.sft.overrides, points the
 output at <run dir>/model and runs `llamafactory-cli train` from LLaMA-Factory's own environment
 (train.sft.venv, created by `make setup-sft`) as a subprocess, streaming its output into the console and
-llamafactory.log. Several GPUs or a DeepSpeed config launch through torchrun (FORCE_TORCHRUN=1).
+llamafactory.log. Several GPUs or a DeepSpeed config launch through torchrun (FORCE_TORCHRUN=1). It
+refuses to start when the output's disk has less free space than the checkpoints need (estimated from the
+model's parameter count: lazymem/train/checkpoint_disk.py) or than train.sft.min_free_gib.
 checkpoint.json records the checkpoint path, its weight files and the Trainer's results; with a
 validation set (build_sft's val_questions) the epoch with the lowest validation loss is the final model,
 and selected_checkpoint.json beside it says which (checkpoint_select.sft_selection).
@@ -21,10 +23,12 @@ from omegaconf import OmegaConf
 
 from lazymem import tracking
 from lazymem.subproc import stream
+from lazymem.train.checkpoint_disk import check_disk, sft_need
 from lazymem.train.checkpoint_select import sft_selection
 from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
 
 log = logging.getLogger(__name__)
+SFT_DISK_FIX = "run it with hydra.run.dir on a larger disk, or pass +train.sft.overrides.output_dir=DIR there"
 
 
 def _inputs(data_dir) -> dict:
@@ -86,6 +90,11 @@ def run(cfg, run) -> dict:
             f"error: {cli} not found: create LLaMA-Factory's environment with `make setup-sft` "
             "(scripts/setup_sft_env.sh) or point train.sft.venv at one"
         )
+    try:  # LLaMA-Factory writes a checkpoint per epoch, weights and optimiser state: room for all of them
+        floor = sft.get("min_free_gib") or 0
+        check_disk(train["output_dir"], floor, sft_need(train), "train.sft", SFT_DISK_FIX)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     log.info("starting LLaMA-Factory: %s", shlex.join(cmd))
     rc = stream(cmd, run.dir / "llamafactory.log", env)
     if rc != 0:

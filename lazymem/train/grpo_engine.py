@@ -7,7 +7,6 @@ The config names the engine class (``train.grpo.engine._target_``), so the task 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,9 @@ from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
-GIB = 1024**3
+from lazymem.train.checkpoint_disk import DiskNeed, check_disk
+
+__all__ = ["DiskNeed", "GrpoEngine", "Launch", "check_disk", "check_inputs", "reward_settings"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Launch:
     rl_env: bool  # the command's Python must import VERL's modules (preflight.rl_env_problems)
     validates: bool  # it writes validation_metrics.jsonl, from which a checkpoint is chosen
     info: dict[str, Any] = field(default_factory=dict)  # for the task's result (e.g. the override count)
+    disk: DiskNeed | None = None  # the kept checkpoints' disk space (None: the model's size unknown)
 
 
 class GrpoEngine(Protocol):
@@ -64,18 +66,6 @@ def check_inputs(g: Mapping[str, Any]) -> None:
         raise ValueError(
             f"ppo_mini_batch_size {g['ppo_mini_batch_size']} must divide "
             f"train_batch_size {g['train_batch_size']}"
-        )
-
-
-def check_disk(directory: str | Path, min_free_gib: float) -> None:
-    """ValueError when the filesystem that will hold ``directory`` has less than ``min_free_gib`` free."""
-    where = Path(directory).resolve()
-    probe = next(p for p in (where, *where.parents) if p.exists())  # the directory may not exist yet
-    free = shutil.disk_usage(probe).free / GIB
-    if free < min_free_gib:
-        raise ValueError(
-            f"only {free:.1f} GiB free for checkpoints in {where} (train.grpo.min_free_gib asks for "
-            f"{min_free_gib:g} GiB): free space there, or point train.grpo.checkpoint_dir at a larger disk"
         )
 
 

@@ -11,8 +11,9 @@ dict (``judge.llm`` of the reward kwargs). Replies are parsed strictly (:func:`p
 that fails to parse is asked again up to ``parse_retries`` times (with a new sample index, so the cache
 does not hand back the same reply); if it still fails, or the request itself failed after the client's
 retries, the result is a recorded judge error and that message scores Q = 0. Errors are counted by the
-reward (``judge_errors`` of ``judge_calls``), logged per training step and per validation round, and a
-validation error rate above ``max_error_rate`` stops training (lazymem/train/verl_trainer.py).
+reward (``judge_errors`` of ``judge_calls``), logged per training step and per validation round, and an
+error rate above ``max_error_rate``, a validation round's or training steps' (at least ``min_step_calls``
+calls), stops training (lazymem/train/verl_trainer.py).
 """
 
 from __future__ import annotations
@@ -112,13 +113,17 @@ class JudgeConfig:
     cache_path: str | None = None  # the LLM cache (llm.cache_path); None = no cache
     parse_retries: int = 1  # extra asks when a reply does not parse
     template: str | None = None  # JSON file overriding any of system / rules / rubric
-    # validation's judge error rate (errors / calls) above which the curriculum trainer stops the run
-    # (lazymem/train/verl_trainer.py); the judge itself does not read it
+    # the judge error rate (errors / calls) of a validation round or of training steps above which the
+    # trainer stops the run (lazymem/train/verl_trainer.py); the judge itself does not read it
     max_error_rate: float = 0.05
+    # the fewest calls the training-step bound judges at once: steps with fewer are summed until they reach it
+    min_step_calls: int = 200
 
     def __post_init__(self):
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ValueError(f"judge.max_error_rate must lie in [0, 1], got {self.max_error_rate}")
+        if self.min_step_calls < 1:
+            raise ValueError(f"judge.min_step_calls must be at least 1, got {self.min_step_calls}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> JudgeConfig:

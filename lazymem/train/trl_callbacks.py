@@ -10,7 +10,8 @@ to TRL's ``log_metric`` (so W&B gets ``reward/<key>/mean``, ``eval_reward/...`` 
 one line per optimiser step in ``train_metrics.jsonl`` (the components of the batch that step trained on),
 every validation round in ``validation_metrics.jsonl`` (checkpoint_select.append_validation) with the lambda
 it was scored under, the curriculum moved by its format-valid rate, and the run stopped when the judge's
-validation error rate passes ``judge.max_error_rate`` (check_judge).
+error rate passes ``judge.max_error_rate``: a validation round's (check_judge) or a training batch's, before
+the optimiser steps on it (StepJudge).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from transformers import TrainerCallback
 from lazymem.train.checkpoint_select import VALIDATION_LOG, append_validation
 from lazymem.train.curriculum import Curriculum
 from lazymem.train.diagnostics import load_jsonl
+from lazymem.train.quality_judge import JudgeConfig
 from lazymem.train.reward import compute_score_async
-from lazymem.train.verl_trainer import check_judge, step_metrics
+from lazymem.train.verl_trainer import StepJudge, check_judge, step_metrics
 
 TRAIN_LOG = "train_metrics.jsonl"
 
@@ -54,6 +56,7 @@ class MemoryReward:
         self.settings = dict(settings)  # reward kwargs: eta, curriculum_state, lam_phase1/2, tau, judge
         self.training: Callable[[], bool] = lambda: True  # set to the trainer's model.training
         self.train_infos: list[dict[str, Any]] = []  # the latest training batch's reward dicts
+        self.train_batches = 0  # training batches scored so far
         self.eval_infos: list[dict[str, Any]] = []  # this validation round's, so far
 
     async def __call__(self, prompts, completions, reward_model, data_source, extra_info=None, **kw):
@@ -66,6 +69,7 @@ class MemoryReward:
         )
         if self.training():
             self.train_infos = list(infos)
+            self.train_batches += 1
         else:
             self.eval_infos.extend(infos)
         log_metric = kw.get("log_metric")
@@ -100,9 +104,21 @@ class GrpoLog(TrainerCallback):
         directory: Path,
         max_error_rate: float,
         curriculum: Curriculum | None,
+        min_step_calls: int = JudgeConfig.min_step_calls,
     ):
         self.reward, self.directory = reward, Path(directory)
         self.max_error_rate, self.curriculum = max_error_rate, curriculum
+        self.step_judge, self.judged = StepJudge(max_error_rate, min_step_calls), 0
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        """Judge a new batch's judge errors before the optimiser steps on it. trl 1.16 scores a batch in
+        the first training_step of its first update (grpo_trainer.py:1537-1546, 2753) and transformers 5.10
+        calls this before ``optimizer.step()``, and on_step_end and the checkpoint save after it
+        (trainer.py:1768-1793), so a stop here leaves neither an update nor a checkpoint of the batch. Its
+        second update reuses the batch: checked once."""
+        if self.reward.train_batches != self.judged:
+            self.judged = self.reward.train_batches
+            self.step_judge.add(self.reward.train_infos, state.global_step + 1)
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.reward.train_infos:

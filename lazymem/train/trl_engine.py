@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lazymem.train.checkpoint_disk import trl_need
 from lazymem.train.grpo_engine import Launch, reward_settings
 
 CONFIG = "trl_config.json"
@@ -172,4 +173,5 @@ class TrlEngine:
             rl_env=False,
             validates=True,  # the engine's callback logs every validation round, curriculum or not
             info={"config": str(path)},
+            disk=trl_need(g),
         )

@@ -69,8 +69,8 @@ def train(config: dict[str, Any]) -> Path | None:
         keys = ("tau", "lam_phase1", "lam_phase2")
         curriculum = Curriculum(settings["curriculum_state"], **{k: float(settings[k]) for k in keys})
     reward = MemoryReward(settings)
-    bound = JudgeConfig.from_mapping(settings["judge"]).max_error_rate
-    callback = GrpoLog(reward, directory, bound, curriculum)
+    judge = JudgeConfig.from_mapping(settings["judge"])
+    callback = GrpoLog(reward, directory, judge.max_error_rate, curriculum, judge.min_step_calls)
     lora = config["lora"]
     trainer = MemoryGrpoTrainer(
         model=config["model"],

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lazymem.train.checkpoint_disk import verl_need
 from lazymem.train.grpo_config import command, overrides
 from lazymem.train.grpo_engine import Launch
 
@@ -38,4 +39,5 @@ class VerlEngine:
             # VERL's own sync trainer writes no validation log; lazymem's curriculum trainer does
             validates=bool(g["curriculum"]),
             info={"overrides": len(ovr)},
+            disk=verl_need(g),
         )

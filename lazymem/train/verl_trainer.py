@@ -9,8 +9,9 @@ the checkpoint directory's validation log, from which the checkpoint is chosen (
 The quality judge scores a failed call Q = 0, so a failing judge lowers phase 2's reward without a sign
 in the loss. Its error rate (judge errors / judge calls) is logged at every training step with the
 reward's other components (``reward/*``: VERL 0.9.1's v1 trainer logs a reward's extra keys for
-validation only) and in every validation round; a validation rate above ``judge.max_error_rate`` of the
-reward kwargs stops the run with :class:`JudgeErrorRateExceeded`.
+validation only) and in every validation round. A rate above ``judge.max_error_rate`` of the reward kwargs
+stops the run with :class:`JudgeErrorRateExceeded`: a validation round's, and a training step's before the
+policy learns from it (:class:`StepJudge`).
 
 VERL looks the trainer class up by ``trainer.v1.trainer_mode`` inside its TaskRunner, a Ray actor
 (verl/trainer/main_ppo.py), so the class must be registered in Ray's workers: Ray's
@@ -116,13 +117,24 @@ def step_metrics(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-def max_judge_error_rate(config: Any) -> float:
-    """``judge.max_error_rate`` of the reward kwargs (JudgeConfig's default when absent)."""
+def judge_config(config: Any):
+    """The JudgeConfig of the reward kwargs (its defaults when absent)."""
     from lazymem.train.quality_judge import JudgeConfig  # not at import: this module stays light
 
     cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
-    judge = OmegaConf.select(cfg, f"{REWARD_KWARGS}.judge", default=None)
-    return JudgeConfig.from_mapping(judge).max_error_rate
+    return JudgeConfig.from_mapping(OmegaConf.select(cfg, f"{REWARD_KWARGS}.judge", default=None))
+
+
+def max_judge_error_rate(config: Any) -> float:
+    """``judge.max_error_rate`` of the reward kwargs (JudgeConfig's default when absent)."""
+    return judge_config(config).max_error_rate
+
+
+FIX = (
+    "A failed call scores Q = 0, so phase 2's reward no longer measures the policy. Check the judge "
+    "(llm.roles.reward_judge; 'quality judge error' lines in the trainer's log say why), then rerun with "
+    "the same train.grpo.checkpoint_dir: training resumes from its last checkpoint"
+)
 
 
 def check_judge(rate: float | None, bound: float, step: int) -> None:
@@ -130,11 +142,50 @@ def check_judge(rate: float | None, bound: float, step: int) -> None:
     if rate is not None and rate > bound:
         raise JudgeErrorRateExceeded(
             f"validation at step {step}: the quality judge failed on {rate:.1%} of its calls, above "
-            f"judge.max_error_rate = {bound:.1%} (conf/train/reward.yaml). A failed call scores Q = 0, so "
-            "phase 2's reward no longer measures the policy. Check the judge (llm.roles.reward_judge; "
-            "'quality judge error' lines in verl.log say why), then rerun with the same "
-            "train.grpo.checkpoint_dir: VERL resumes from its last checkpoint"
+            f"judge.max_error_rate = {bound:.1%} (conf/train/reward.yaml). {FIX}"
         )
+
+
+def judge_counts(infos: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """Judge calls and judge errors summed over rollouts' reward dicts."""
+    calls = math.fsum(float(i.get(JUDGE_CALLS) or 0) for i in infos)
+    return calls, math.fsum(float(i.get(JUDGE_ERRORS) or 0) for i in infos)
+
+
+class StepJudge:
+    """The judge's bound on training steps: calls are summed until they reach ``min_calls`` (one step of
+    paper mode holds far more), and their error rate past ``bound`` stops the run. A few calls are not
+    judged alone: with 5 calls one timeout would read as 20%."""
+
+    def __init__(self, bound: float, min_calls: int):
+        self.bound, self.min_calls = bound, min_calls
+        self.calls = self.errors = 0.0
+        self.first: int | None = None  # the first step pooled since the last check
+
+    @classmethod
+    def from_config(cls, config: Any) -> StepJudge:
+        judge = judge_config(config)
+        return cls(judge.max_error_rate, judge.min_step_calls)
+
+    def add(self, infos: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Count a step's rollouts; raise :class:`JudgeErrorRateExceeded` past the bound."""
+        calls, errors = judge_counts(infos)
+        if calls <= 0:
+            return  # phase 1, or no valid output: no judge call
+        self.first = step if self.first is None else self.first
+        self.calls, self.errors = self.calls + calls, self.errors + errors
+        if self.calls < self.min_calls:
+            return
+        rate, calls, first = self.errors / self.calls, self.calls, self.first
+        self.calls = self.errors = 0.0
+        self.first = None
+        if rate > self.bound:
+            steps = f"step {step}" if first == step else f"steps {first}-{step}"
+            raise JudgeErrorRateExceeded(
+                f"training {steps}: the quality judge failed on {rate:.1%} of its {calls:g} calls, above "
+                f"judge.max_error_rate = {self.bound:.1%} (conf/train/reward.yaml), before the policy learnt "
+                f"from step {step}'s rollouts. {FIX}"
+            )
 
 
 def curriculum_from_config(config: Any) -> Curriculum:
@@ -208,6 +259,19 @@ class CurriculumValidation:
         out = {**metrics, **observe(cur, metrics, self.global_steps), **judged}
         check_judge(rate, max_judge_error_rate(self.config), self.global_steps)
         return out
+
+    def _update_actor(self, batch, metrics):
+        """Judge the rollouts' judge errors (:class:`StepJudge`) before the actor learns from them.
+
+        In VERL 0.9.1 fit's step ends with this update (verl/trainer/ppo/v1/trainer_base.py:477, 608-610) and
+        only then saves the step's checkpoint (481-485), so a stop here leaves neither an update nor a
+        checkpoint of the step. Each of the step's ``parameter_sync_step`` mini-batches (549-552) comes here
+        once; with the default 1 (line 130), the whole step."""
+        check = self.__dict__.get("_step_judge")
+        if check is None:
+            check = self._step_judge = StepJudge.from_config(self.config)
+        check.add(reward_infos(batch), self.global_steps)
+        return super()._update_actor(batch, metrics)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """VERL's step metrics, plus the reward's (:func:`step_metrics`)."""

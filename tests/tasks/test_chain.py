@@ -223,7 +223,21 @@ def test_paper_chain_on_a_cpu_lists_what_it_misses_before_starting_anything(tmp_
         "build_sft, build_rl: llm.roles.teacher needs an API key: export DEEPSEEK_API_KEY",
         "locomo_base, locomo_sft, locomo_rl: data.path is not set",
         "train_grpo: train.grpo.python = ",  # this environment lacks flash_attn, which VERL needs
+        # GRPO's phase 2 needs the hand-started judge, asked before the teacher and SFT are paid for
+        "train_grpo: the quality-reward judge (llm.roles.reward_judge) does not answer: ",
         "llm.roles.answer.model = 'Qwen/Qwen3-32B' is not a local model directory",
     ):
         assert expected in missing, (expected, missing)
+    assert not [p for p in chain.iterdir() if p.is_dir() and (p / "meta.json").exists()]  # no stage ran
+
+
+def test_chain_mini_without_the_oracle_files_names_them_before_starting_anything(tmp_path):
+    chain = tmp_path / "chain"
+    missing = tmp_path / "longmemeval_oracle_train.json"
+    env = {"RAY_AUTH_MODE": "disabled", "LAZYMEM_ORACLE_TRAIN": str(missing)}
+    out = run_cli("+experiment=chain_mini", f"hydra.run.dir={chain}", env=env, timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"chain.datasets: '{missing}' is not a file" in out.stderr
+    stages = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("run ")]
+    assert stages[:2] == ["base_model", "build_sft"] and stages[-1] == "report" and len(stages) == 12
     assert not [p for p in chain.iterdir() if p.is_dir() and (p / "meta.json").exists()]  # no stage ran

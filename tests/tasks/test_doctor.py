@@ -13,7 +13,7 @@ import pytest
 from lazymem.preflight import RL_FIX
 from lazymem.tasks import doctor
 
-from helpers import ROOT
+from helpers import ROOT, fake_cuda_tools
 
 
 def doctor_sh(venv: Path) -> subprocess.CompletedProcess:
@@ -94,3 +94,44 @@ def test_doctor_names_a_missing_flash_attn_in_the_rl_environment(tmp_path, monke
 def test_doctor_leaves_the_rl_check_out_where_there_is_no_rl_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("LAZYMEM_RL_PYTHON", raising=False)
     assert not any(c.name.startswith("VERL's imports") for c in doctor.environments(tmp_path))
+
+
+# N21: .venv-gpu-rl's torch 2.11.0 is built for CUDA 13 (its wheel requires cuda-toolkit 13.0.2): the NVIDIA
+# driver must be >= 580 and flash-attn's build needs nvcc 13, as constraints/gpu-rl.txt's `# cuda:` line says
+# beside the torch pin. Kind: fake nvidia-smi and nvcc executables, alone on PATH.
+
+
+def test_the_cuda_needs_are_read_from_beside_the_rl_environments_torch_pin():
+    from lazymem.cuda_env import CudaNeed, needs
+
+    assert needs(ROOT) == [CudaNeed(".venv-gpu-rl", "2.11.0", (580,), 13)]
+    pins = (ROOT / "constraints" / "gpu-rl.txt").read_text().splitlines()
+    assert pins[pins.index("torch==2.11.0") + 5] == "# cuda: driver>=580 nvcc==13.*"
+
+
+def test_an_old_driver_and_nvcc_12_fail_on_a_gpu_node_with_their_fixes(tmp_path, monkeypatch):
+    fake_cuda_tools(tmp_path, monkeypatch, "535.104.05", "12.4")
+    driver, nvcc = doctor.cuda(flash_attn_built=False)
+    assert (driver.name, driver.ok) == ("NVIDIA driver", False)
+    assert driver.detail == "535.104.05 (>= 580 for .venv-gpu-rl's torch 2.11.0 (CUDA 13))"
+    assert driver.fix == "upgrade the NVIDIA driver to 580 for .venv-gpu-rl's torch 2.11.0 (CUDA 13)"
+    assert (nvcc.name, nvcc.ok) == ("nvcc (flash-attn's build for .venv-gpu-rl)", False)
+    assert nvcc.detail == f"12.4 ({tmp_path / 'fake-bin' / 'nvcc'}); torch 2.11.0 needs nvcc 13.x"
+    assert nvcc.fix.startswith("install the CUDA 13 toolkit and put its bin/ on PATH (or set CUDA_HOME)")
+    # once flash_attn is built, nvcc is no longer needed: information only
+    assert doctor.cuda(flash_attn_built=True)[1].ok is None
+
+
+def test_driver_580_and_nvcc_13_pass_and_a_missing_nvcc_fails_on_a_gpu_node(tmp_path, monkeypatch):
+    fake_cuda_tools(tmp_path, monkeypatch, "580.95.05", "13.0")
+    assert [c.ok for c in doctor.cuda(flash_attn_built=False)] == [True, True]
+    fake_cuda_tools(tmp_path, monkeypatch, "580.95.05", None)
+    nvcc = doctor.cuda(flash_attn_built=False)[1]
+    assert nvcc.ok is False and nvcc.detail.startswith("no nvcc ($CUDA_HOME, PATH, ")
+
+
+def test_without_nvidia_smi_the_driver_and_nvcc_are_not_failures(tmp_path, monkeypatch):
+    fake_cuda_tools(tmp_path, monkeypatch, None, None)
+    driver, nvcc = doctor.cuda(flash_attn_built=False)
+    assert (driver.ok, driver.detail) == (None, "not a GPU node (no nvidia-smi)")
+    assert nvcc.ok is None and nvcc.detail.endswith(": not a GPU node (no nvidia-smi)")

@@ -13,6 +13,7 @@ from lazymem.preflight import RL_FIX, roles_used
 from lazymem.tasks import gpu_check
 from lazymem.tasks.evaluate import build_methods
 
+from helpers import fake_cuda_tools
 from standin import StandinServer
 
 
@@ -83,3 +84,19 @@ def test_a_hub_snapshot_names_its_revision(tmp_path):
         "b7c1" * 10 + "\netag\n"
     )
     assert gpu_check.model_facts(str(local))["revision"] == "b7c1" * 10
+
+
+def test_the_node_checks_hold_the_driver_and_nvcc_that_the_rl_environment_needs(tmp_path, monkeypatch):
+    """N21: `make gpu-check` checks the driver (>= 580) and, while flash-attn is not built, nvcc 13 for
+    .venv-gpu-rl's torch 2.11.0 (CUDA 13), against fake nvidia-smi and nvcc on PATH."""
+    monkeypatch.setattr(gpu_check, "vllm_distribution", lambda python: ("vllm", "0.32.0"))
+    fake_cuda_tools(tmp_path, monkeypatch, "570.86.10", "12.8")
+    cfg = config()
+    checks = gpu_check.node_checks(cfg, ["answer"], str(tmp_path / "no-env" / "python"))
+    names = [c.name for c in checks]
+    assert names[-2:] == ["NVIDIA driver", "nvcc (flash-attn's build for .venv-gpu-rl)"]
+    driver, nvcc = checks[-2:]
+    assert driver.ok is False and driver.fix.startswith("upgrade the NVIDIA driver to 580")
+    assert nvcc.ok is False and "torch 2.11.0 needs nvcc 13.x" in nvcc.detail
+    fake_cuda_tools(tmp_path, monkeypatch, None, "12.8")  # a CPU machine: information only
+    assert [c.ok for c in gpu_check.node_checks(cfg, ["answer"], "python")[-2:]] == [None, None]

@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections import namedtuple
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+from lazymem import placement
 from lazymem.conf import CONF_DIR
+from lazymem.llm.servers import free_port
 from lazymem.preflight import PreflightError
 from lazymem.tasks import train_grpo
+from lazymem.train import checkpoint_disk
 from lazymem.train.grpo_engine import Launch
 
 from helpers import run_cli
@@ -98,7 +102,14 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setattr(train_grpo, "gpu_inventory", lambda: gpus(4, 79.6))
     monkeypatch.setattr(train_grpo, "gpu_count", lambda: 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    free_gib(monkeypatch, 1000)  # room for VERL's 5 checkpoints of the 4B (247 GiB by the estimate)
     return tmp_path
+
+
+def free_gib(monkeypatch, gib: float) -> None:
+    """The free disk space the checkpoints' check sees (lazymem/train/checkpoint_disk.py)."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint_disk.shutil, "disk_usage", lambda p: usage(0, 0, gib * 2**30))
 
 
 def rl_python(tmp_path, flash_attn: bool):
@@ -164,6 +175,17 @@ def test_the_judges_launch_command_fits_its_context_and_the_plan_gives_it_a_gpu(
     for flag in ("--served-model-name qwen3-32b", "--port 8000", "--max-model-len 16384", "--dtype bfloat16"):
         assert flag in command
     assert "--reasoning-parser qwen3" in command  # the judge's thinking budget needs it
+
+
+def test_the_judges_printed_share_is_the_one_its_fit_was_checked_at(node):
+    """The plan passes a judge that needs up to placement.MAX_UTIL of its GPU; the command printed to serve
+    it gives vLLM that share (on a 76 GiB GPU the 32B judge needs 0.93: vLLM's 0.9 would not start it)."""
+    cfg = grpo(node, "/envs/rl/bin/python")
+    plan, found = placement.training(cfg, gpus(3, 76.0))
+    assert found == []
+    command = train_grpo.judge_command(cfg, plan["reward_judge"][0])
+    share = float(command.split("--gpu-memory-utilization ")[1].split()[0])
+    assert share == placement.MAX_UTIL and share * 76.0 >= placement.judge_tenant(cfg).need() > 0.9 * 76.0
 
 
 def test_verl_does_not_start_without_flash_attn_or_an_answering_judge(node):
@@ -267,6 +289,27 @@ def test_too_little_disk_space_stops_naming_free_needed_and_the_directory(node):
     judge.http.shutdown()
 
 
+def test_too_little_disk_for_the_estimated_checkpoints_stops_before_verl_starts(node, monkeypatch):
+    """N22: 150 GiB free passed the old flat floor (min_free_gib 100); VERL's five kept checkpoints of the
+    4B SFT model (fp32 weights + AdamW moments, 12 bytes a parameter) need about 247 GiB."""
+    judge = Judge("qwen3-32b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    cfg = grpo(
+        node,
+        rl_python(node, flash_attn=True),
+        f"llm.roles.reward_judge.base_url={judge.url}",
+        "train.grpo.min_free_gib=100",
+    )
+    free_gib(monkeypatch, 150)
+    with pytest.raises(SystemExit) as stop:
+        train_grpo.run(cfg, run)
+    assert stop.value.code.startswith("error: only 150.0 GiB free for checkpoints in ")
+    assert "need about 247 GiB more (5 checkpoints x 45.0 GiB (Qwen3-4B's 4.02B parameters" in stop.value.code
+    assert not (node / "verl_gpus").exists()  # VERL never started
+    judge.http.shutdown()
+
+
 def test_with_a_ray_address_verl_joins_the_cluster_and_this_nodes_gpus_are_not_counted(node, monkeypatch):
     monkeypatch.setattr(train_grpo, "gpu_count", lambda: 0)  # a login node: the GPUs are the cluster's
     judge = Judge("qwen3-32b")
@@ -305,6 +348,36 @@ def test_the_chains_check_names_the_rl_environment_and_the_gpus_verl_needs(tmp_p
         "train.grpo.n_gpus_per_node=0",
     )
     assert train_grpo.problems(trl) == []
+
+
+def test_the_chains_check_asks_the_reward_judge_when_the_curriculum_can_reach_phase_2(tmp_path, monkeypatch):
+    """problems(cfg) with train.grpo.curriculum=true: a judge endpoint that does not answer is named with the
+    command that serves it, a hosted one without its key too (before any probe); an answering judge, or no
+    curriculum (no phase 2, no judge call): nothing."""
+    monkeypatch.delenv("LAZYMEM_TEST_JUDGE_KEY", raising=False)
+
+    def check(url: str, *more: str) -> list[str]:  # TRL on a CPU: no other problem
+        trl = ("train.grpo.model=/sft", "train/grpo=trl", "train.grpo.n_gpus_per_node=0")
+        return train_grpo.problems(
+            grpo(tmp_path, sys.executable, *trl, f"llm.roles.reward_judge.base_url={url}", *more)
+        )
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    (found,) = check(closed, "train.grpo.curriculum=true")
+    assert found.startswith(
+        f"the quality-reward judge (llm.roles.reward_judge) does not answer: no answer from {closed}/models"
+    )
+    assert "-m vllm.entrypoints.openai.api_server" in found and "--served-model-name qwen3-32b" in found
+    assert check(
+        closed, "train.grpo.curriculum=true", "++llm.roles.reward_judge.api_key_env=LAZYMEM_TEST_JUDGE_KEY"
+    ) == [
+        "llm.roles.reward_judge needs an API key: export LAZYMEM_TEST_JUDGE_KEY=... (it is read from the "
+        "environment only)"
+    ]
+    assert check(closed) == []  # grpo(): curriculum=false
+    judge = Judge("qwen3-32b")
+    assert check(judge.url, "train.grpo.curriculum=true") == []
+    judge.http.shutdown()
 
 
 def test_a_failed_trainer_is_reported_by_its_own_last_error(tmp_path):

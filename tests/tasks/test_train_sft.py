@@ -15,6 +15,7 @@ import yaml
 from lazymem.train import sft_data as sd
 
 from helpers import ROOT, read_wandb, run_cli
+from helpers_llm import MODEL_CONFIGS
 from helpers_train import write_sft_dir
 
 SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
@@ -188,3 +189,54 @@ def test_the_chains_check_names_the_missing_environment_and_its_fix(tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "llamafactory-cli").touch()
     assert problems(OmegaConf.create({"train": {"sft": {"venv": str(tmp_path)}}})) == []
+
+
+def test_too_little_disk_for_the_epochs_checkpoints_stops_before_llamafactory_starts(tmp_path, monkeypatch):
+    """N22: LLaMA-Factory saves every epoch's weights and optimiser state (DeepSpeed ZeRO-2, bf16: 16 bytes a
+    parameter, 60 GiB for Qwen3-4B), two epochs and the final model: 140 GiB with the margin
+    (lazymem/train/checkpoint_disk.py). With 100 GiB free the run stops before llamafactory-cli starts,
+    naming the estimate and the free space; with 150 it starts."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_dir
+
+    from lazymem.conf import CONF_DIR
+    from lazymem.tasks import train_sft
+    from lazymem.train import checkpoint_disk
+
+    model = tmp_path / "Qwen3-4B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIGS["Qwen3-4B"]))
+    data = write_sft_dir(tmp_path / "data", str(model), n_questions=2)
+    cli = tmp_path / "venv" / "bin" / "llamafactory-cli"
+    cli.parent.mkdir(parents=True)
+    cli.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\nexit 3\n")
+    cli.chmod(0o755)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "+experiment=train_sft",
+                f"train.sft.data_dir={data}",
+                f"train.sft.venv={cli.parent.parent}",
+                "train.sft.nproc_per_node=1",
+                "logger=none",
+            ],
+        )
+    run = SimpleNamespace(dir=tmp_path / "run")
+    run.dir.mkdir()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint_disk.shutil, "disk_usage", lambda p: usage(0, 0, 100 * 2**30))
+    with pytest.raises(SystemExit) as stop:
+        train_sft.run(cfg, run)
+    assert stop.value.code.startswith(f"error: only 100.0 GiB free for checkpoints in {run.dir / 'model'}")
+    assert "about 140 GiB more (2 checkpoints x 59.9 GiB (Qwen3-4B's 4.02B parameters x 16 bytes)" in (
+        stop.value.code
+    )
+    assert "train.sft.min_free_gib asks for 5 GiB" in stop.value.code
+    assert not (tmp_path / "started").exists()
+    monkeypatch.setattr(checkpoint_disk.shutil, "disk_usage", lambda p: usage(0, 0, 150 * 2**30))
+    with pytest.raises(RuntimeError, match="llamafactory-cli exited with status 3"):
+        train_sft.run(cfg, run)
+    assert (tmp_path / "started").exists()

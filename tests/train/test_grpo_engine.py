@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import pytest
 
-from lazymem.train import grpo_engine
+from lazymem.train import checkpoint_disk
 from lazymem.train.grpo_engine import check_disk, check_inputs, reward_settings
 
 from helpers_train import grpo_cfg, reward_cfg
@@ -36,7 +36,7 @@ def test_a_validation_file_without_rows_is_refused_before_training(tmp_path):
 
 def test_disk_check_names_free_and_needed_space_and_the_directory(tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(grpo_engine.shutil, "disk_usage", lambda p: usage(0, 0, 30 * grpo_engine.GIB))
+    monkeypatch.setattr(checkpoint_disk.shutil, "disk_usage", lambda p: usage(0, 0, 30 * checkpoint_disk.GIB))
     target = tmp_path / "not" / "yet" / "there"  # measured on the nearest existing parent
     check_disk(target, 30)
     with pytest.raises(ValueError) as stop:

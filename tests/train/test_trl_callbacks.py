@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
+import lazymem.train.reward as reward_mod
 from lazymem.train.checkpoint_select import VALIDATION_LOG, read_validations
 from lazymem.train.curriculum import Curriculum
+from lazymem.train.quality_judge import JudgeScore
 from lazymem.train.rl_rows import ground_truth_json
 from lazymem.train.trl_callbacks import (
     TRAIN_LOG,
@@ -63,6 +65,42 @@ def test_validation_rounds_move_the_curriculum_and_a_failing_judge_stops(tmp_pat
     reward.eval_infos = [{"score": 0.0, "format_ok": 1.0, "lam": 0.5, "judge_calls": 4, "judge_errors": 1}]
     with pytest.raises(JudgeErrorRateExceeded, match="25.0% of its calls"):
         log.on_evaluate(None, SimpleNamespace(global_step=8), None)
+
+
+class FailingJudge:
+    """Grades every kept message (2, 2), except one whose text starts with "fail": a failed call."""
+
+    async def score(self, item) -> JudgeScore:
+        failed = item.memory.startswith("fail")
+        return JudgeScore(None, None, error="request failed: stub") if failed else JudgeScore(2, 2)
+
+
+def kept(*contents: str) -> dict:
+    """A batch of completions that each keep their one message with this text: one judge call each."""
+    out = batch(len(contents), 0)
+    out["completions"] = [
+        [{"role": "assistant", "content": VALID.replace('"m"', json.dumps(c))}] for c in contents
+    ]
+    return out
+
+
+def test_a_training_batch_past_the_judge_bound_stops_before_the_optimiser_steps(monkeypatch, tmp_path):
+    """Through the reward and the callback's on_pre_optimizer_step: a batch's judge error rate past
+    judge.max_error_rate stops the run before the optimiser steps on it; a batch is counted once though it
+    feeds two updates; batches with fewer than min_step_calls calls are summed; validation's do not count."""
+    monkeypatch.setattr(reward_mod, "get_judge", lambda cfg: FailingJudge())
+    reward = MemoryReward({"lam": 0.5})
+    log = GrpoLog(reward, tmp_path, 0.2, None, min_step_calls=4)
+    asyncio.run(reward(**kept("a", "fail b")))  # 1 of 2: too few calls to judge alone
+    log.on_pre_optimizer_step(None, SimpleNamespace(global_step=0), None)
+    log.on_pre_optimizer_step(None, SimpleNamespace(global_step=1), None)  # its second update
+    reward.training = lambda: False
+    asyncio.run(reward(**kept("fail c", "fail d", "fail e")))  # a validation batch
+    reward.training = lambda: True
+    log.on_pre_optimizer_step(None, SimpleNamespace(global_step=2), None)
+    asyncio.run(reward(**kept("f", "g")))
+    with pytest.raises(JudgeErrorRateExceeded, match=r"training steps 1-3: .* 25\.0% of its 4 calls"):
+        log.on_pre_optimizer_step(None, SimpleNamespace(global_step=2), None)
 
 
 def test_a_resume_forgets_the_steps_after_its_checkpoint(tmp_path):

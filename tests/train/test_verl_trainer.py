@@ -145,8 +145,11 @@ def trainer(request, monkeypatch):
             def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
                 raise AssertionError("replaced below")
 
+            def _update_actor(self, batch, metrics):
+                raise AssertionError("replaced below")
+
         cls, root = type("StandIn", (CurriculumValidation, Root), {}), Root
-    parent = SimpleNamespace(metrics={}, init_modes=[])
+    parent = SimpleNamespace(metrics={}, init_modes=[], updated=[])
 
     def init(self, config):
         parent.init_modes.append(config.trainer.v1.trainer_mode)
@@ -158,6 +161,9 @@ def trainer(request, monkeypatch):
     monkeypatch.setattr(root, "__init__", init)
     monkeypatch.setattr(root, "_validate", lambda self: dict(parent.metrics))
     monkeypatch.setattr(root, "_compute_metrics", compute_metrics)
+    monkeypatch.setattr(
+        root, "_update_actor", lambda self, batch, metrics: parent.updated.append(batch) or batch
+    )
     return SimpleNamespace(cls=cls, parent=parent)
 
 
@@ -430,3 +436,49 @@ def test_judge_bound_on_verls_own_validation_metrics(trainer, tmp_path, failing_
     trainer.parent.metrics = metrics
     with pytest.raises(JudgeErrorRateExceeded, match=r"18\.2% of its calls"):
         bare(trainer.cls, config_for(tmp_path / "state.json"), step=10)._validate()
+
+
+def stored_batch(monkeypatch, infos: list[dict]) -> SimpleNamespace:
+    """A training batch whose rollouts' reward dicts sit where VERL's agent loop leaves them (a stand-in
+    TransferQueue)."""
+    stored = np.empty(len(infos), dtype=object)
+    stored[:] = [{"reward_extra_info": info} for info in infos]
+    store = SimpleNamespace(
+        kv_batch_get=lambda keys, partition_id, select_fields=None: {"extra_fields": stored}
+    )
+    monkeypatch.setitem(sys.modules, "transfer_queue", store)
+    return SimpleNamespace(
+        keys=[f"u_{i}" for i in range(len(infos))], partition_id="train", tags=[{}] * len(infos)
+    )
+
+
+def test_a_training_step_past_the_judge_bound_stops_before_the_actor_learns(
+    trainer, tmp_path, failing_judge, monkeypatch
+):
+    """Unit, through the trainer's _update_actor: a step's judge error rate past judge.max_error_rate stops
+    the run before VERL's actor update (and so before its checkpoint); steps with fewer than
+    judge.min_step_calls calls are summed with the next ones; phase 1 (no calls) is not judged."""
+    judge = {"max_error_rate": 0.2, "min_step_calls": 4}
+    t = bare(trainer.cls, config_for(tmp_path / "state.json", judge=judge), step=1)
+    phase1 = stored_batch(monkeypatch, [rollout(["fail a"], lam=0.0)])  # no judge call
+    assert t._update_actor(phase1, {}) is phase1
+    t.global_steps = 2
+    t._update_actor(stored_batch(monkeypatch, [rollout(["b", "c"]), rollout(["d", "e", "f"])]), {})  # 0 of 5
+    t.global_steps = 3
+    t._update_actor(stored_batch(monkeypatch, [rollout(["a", "fail b"])]), {})  # 1 of 2: too few to judge
+    t.global_steps = 4
+    with pytest.raises(
+        JudgeErrorRateExceeded, match=r"training steps 3-4: .* 25\.0% of its 4 calls, above .* = 20\.0%"
+    ):
+        t._update_actor(stored_batch(monkeypatch, [rollout(["c", "d"])]), {})
+    assert len(trainer.parent.updated) == 3  # steps 1-3 learnt; step 4 did not
+    t.global_steps = 5  # a step that reaches the minimum alone is judged alone
+    with pytest.raises(JudgeErrorRateExceeded, match=r"training step 5: .* 40\.0% of its 5 calls"):
+        t._update_actor(
+            stored_batch(monkeypatch, [rollout(["fail a", "b"]), rollout(["c", "fail d", "e"])]), {}
+        )
+    default = bare(trainer.cls, config_for(tmp_path / "state.json"), step=6)  # 5% over at least 200 calls
+    default._update_actor(stored_batch(monkeypatch, [rollout(["fail a", "b"])] * 99), {})
+    default.global_steps = 7
+    with pytest.raises(JudgeErrorRateExceeded, match=r"training steps 6-7: .* 50\.0% of its 200 calls"):
+        default._update_actor(stored_batch(monkeypatch, [rollout(["fail a", "b"])]), {})
