@@ -8,24 +8,16 @@ base GGUF and its sha256, the outtype, the sizes and the package versions."""
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import importlib.util
 import json
 import logging
 from pathlib import Path
 
-from lazymem.llm.models import ModelIntegrityError, ModelNotFound, resolve_model, sha256_file
+from lazymem.llm.models import ModelIntegrityError, ModelNotFound, sha256_file
 from lazymem.preflight import stop
+from lazymem.tasks.gguf_model import gguf_path, version
 
 log = logging.getLogger(__name__)
-
-
-def _base_path(cfg) -> Path:
-    cache = cfg.llm.get("model_cache_dir") if cfg.get("llm") is not None else None
-    path = resolve_model(str(cfg.gguf_export.base), Path(cache) if cache else None)
-    if not path.is_file():
-        raise ModelNotFound(f"model path {str(path)!r} is not a file")
-    return path
 
 
 def _weight_files(model_dir: Path) -> list[Path]:
@@ -55,7 +47,7 @@ def problems(cfg) -> list[str]:
         model_ok = True
     base = None
     try:
-        base = _base_path(cfg)
+        base = gguf_path(cfg, cfg.gguf_export.base)
     except (ModelNotFound, ModelIntegrityError) as e:
         found.append(f"gguf_export.base: {e}")
     if str(opts.outtype) not in OUTTYPES:
@@ -72,13 +64,6 @@ def problems(cfg) -> list[str]:
         except ValueError as e:
             found.append(f"gguf_export.model {str(model_dir)!r}: {e}")
     return found
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return None
 
 
 def provenance(model_dir: Path, base: Path, out: Path, result: dict) -> dict:
@@ -100,7 +85,7 @@ def provenance(model_dir: Path, base: Path, out: Path, result: dict) -> dict:
         "base_sha256": result["base_sha256"],
         "base_size_bytes": base.stat().st_size,
         "chat_template_matches_base": result["chat_template_matches_base"],
-        "versions": {name: _version(name) for name in ("gguf", "torch", "transformers", "safetensors")},
+        "versions": {name: version(name) for name in ("gguf", "torch", "transformers", "safetensors")},
     }
 
 
@@ -109,7 +94,7 @@ def run(cfg, run) -> dict:
     from lazymem.train.gguf_export import export
 
     opts = cfg.gguf_export
-    model_dir, base = Path(str(opts.model)).expanduser(), _base_path(cfg)
+    model_dir, base = Path(str(opts.model)).expanduser(), gguf_path(cfg, cfg.gguf_export.base)
     out = run.dir / "model.gguf"
     result = export(model_dir, base, out, str(opts.outtype))
     record = provenance(model_dir, base, out, result)

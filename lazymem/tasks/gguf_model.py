@@ -22,9 +22,10 @@ from lazymem.preflight import stop
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _gguf_path(cfg) -> Path:
+def gguf_path(cfg, spec: str) -> Path:
+    """The GGUF file ``spec`` names (a bundled name or a path), with the job's model cache."""
     cache = cfg.llm.get("model_cache_dir") if cfg.get("llm") is not None else None
-    path = resolve_model(str(cfg.gguf_model.model), Path(cache) if cache else None)
+    path = resolve_model(str(spec), Path(cache) if cache else None)
     if not path.is_file():
         raise ModelNotFound(f"model path {str(path)!r} is not a file")
     return path
@@ -34,7 +35,7 @@ def problems(cfg) -> list[str]:
     """The GGUF file, the dtype and the gguf package, checked before a chain starts."""
     found = []
     try:
-        _gguf_path(cfg)
+        gguf_path(cfg, cfg.gguf_model.model)
     except (ModelNotFound, ModelIntegrityError) as e:
         found.append(f"gguf_model.model: {e}")
     if str(cfg.gguf_model.dtype) not in DTYPES:
@@ -44,7 +45,7 @@ def problems(cfg) -> list[str]:
     return found
 
 
-def _version(dist: str) -> str | None:
+def version(dist: str) -> str | None:
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
@@ -57,7 +58,7 @@ def provenance(path: Path, dtype: str) -> dict:
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,
         "dtype": dtype,
-        "versions": {name: _version(name) for name in ("transformers", "gguf", "torch")},
+        "versions": {name: version(name) for name in ("transformers", "gguf", "torch")},
     }
 
 
@@ -82,7 +83,7 @@ def run(cfg, run) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path, dtype = _gguf_path(cfg), str(cfg.gguf_model.dtype)
+    path, dtype = gguf_path(cfg, cfg.gguf_model.model), str(cfg.gguf_model.dtype)
     out = run.dir / "model"
     t0 = time.monotonic()
     model = AutoModelForCausalLM.from_pretrained(
