@@ -48,9 +48,11 @@ def split_pool(cfg, split: str, retriever, processor, opts, run):
 
 def val_set(pool, opts) -> tuple[list, dict | None]:
     """The validation prompts as val.parquet holds them, and the balancing counts (None: unbalanced)."""
-    if not opts.balance_val:
-        return list(pool), None
-    return rl_data.pair_pool(pool, int(opts.seed))
+    out, info = (list(pool), None) if not opts.balance_val else rl_data.pair_pool(pool, int(opts.seed))
+    if opts.val_size is not None and len(out) > int(opts.val_size):
+        out = rl_data.cap_pool(out, int(opts.val_size))
+        info = {**(info or {}), "capped_to": len(out)}
+    return out, info
 
 
 def val_prompts(cfg, run) -> list:
@@ -105,9 +107,9 @@ def run(cfg, run) -> dict:
                 pool, info = val_set(pool, opts)
             if info is not None:
                 stats[name]["balanced"] = info
-                if info["short_of_nongold"]:
+                if info.get("short_of_nongold"):
                     log.warning("%s: only %d non-gold windows for a balanced set", name, info["non_gold"])
-                if info["no_gold_windows"]:
+                if info.get("no_gold_windows"):
                     log.warning("%s: no window holds gold evidence: the prompts cannot be balanced", name)
             chains, stats[name]["reasoning_chains"] = chains_for(cfg, ds, pool, llms)
             table = pa.Table.from_pylist(rl_data.rows(pool, name, times, chains))

@@ -64,6 +64,15 @@ def pair_pool(pool: Sequence[WindowItem], seed: int) -> tuple[list[WindowItem], 
     return out, info
 
 
+def cap_pool(items: Sequence[WindowItem], n: int) -> list[WindowItem]:
+    """At most `n` of a shuffled set, half gold-bearing where it has them, in the set's order: a smaller
+    validation set with the same balance (a validation round on a CPU costs seconds per prompt)."""
+    gold = [it for it in items if any(it.gold)][: n // 2]
+    other = [it for it in items if not any(it.gold)][: n - len(gold)]
+    keep = {id(it) for it in gold + other}
+    return [it for it in items if id(it) in keep]
+
+
 def fit_prompts(pool: Sequence[WindowItem], max_prompt_length: int) -> tuple[list[WindowItem], int]:
     """The windows whose prompt fits VERL's `data.max_prompt_length` (an upper token estimate), and how
     many did not: VERL stops on a longer prompt instead of skipping it."""

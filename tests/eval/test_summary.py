@@ -114,7 +114,8 @@ def test_read_summary_of_a_file_that_is_not_utf8_is_unreadable(tmp_path):
                 "llm": {},
                 "tables": {"perturbation": {}, "table5": {}, "fig2": {}},
             },
-            "unknown tables ['fig2', 'table5']; known: ['perturbation', 'reward_diagnostics', 'construction']",
+            "unknown tables ['fig2', 'table5']; "
+            "known: ['perturbation', 'reward_diagnostics', 'construction']",
         ),
     ],
     ids=[

@@ -1,14 +1,38 @@
-"""task=build_rl end to end on the CPU (slow): VERL's parquet rows, half of them gold-bearing."""
+"""task=build_rl: the validation set's size, and end to end on the CPU (slow): VERL's parquet rows, half of them
+gold-bearing."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from omegaconf import OmegaConf
 
+from lazymem.construct.windows import Window
+from lazymem.data.schema import Message, Question
+from lazymem.tasks.build_rl import val_set
 from lazymem.train.rl_rows import read_ground_truth
+from lazymem.train.sft_data import WindowItem
 
 from helpers import run_cli
+
+
+def window(k: int, gold: bool) -> WindowItem:
+    q = Question(f"q{k}", "t", "what?", "ans", "h", gold_idx=(0,) if gold else ())
+    msg = Message(0, "s", "2023/01/01", "user", "hi")
+    return WindowItem(q, Window((0,), (0,), 0), [{"role": "user", "content": f"w{k}"}], (gold,), (msg,))
+
+
+@pytest.mark.parametrize("balance", [True, False])
+def test_val_size_caps_the_validation_set_keeping_half_gold(balance):
+    pool = [window(k, gold=k < 10) for k in range(30)]
+    opts = OmegaConf.create({"balance_val": balance, "seed": 0, "val_size": None})
+    full, _ = val_set(pool, opts)
+    assert len(full) == (20 if balance else 30)
+    opts.val_size = 8
+    capped, info = val_set(pool, opts)
+    assert len(capped) == 8 and sum(any(it.gold) for it in capped) == 4 and info["capped_to"] == 8
+    assert set(map(id, capped)) <= set(map(id, full))
 
 
 @pytest.mark.slow

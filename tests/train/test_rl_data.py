@@ -52,6 +52,17 @@ def test_pair_pool_takes_every_gold_window_once_and_as_many_others():
     assert len(short) == 4 and info["short_of_nongold"]
 
 
+def test_cap_pool_keeps_half_gold_in_the_sets_order():
+    pool, _ = rl_data.pair_pool([item(k, gold=k < 6) for k in range(14)], seed=0)
+    out = rl_data.cap_pool(pool, 5)
+    assert len(out) == 5 and sum(any(it.gold) for it in out) == 2
+    assert [pool.index(it) for it in out] == sorted(pool.index(it) for it in out)
+    # too few gold-bearing prompts: the rest of the cap goes to gold-free ones
+    few = rl_data.cap_pool([item(k, gold=k < 1) for k in range(8)], 6)
+    assert len(few) == 6 and sum(any(it.gold) for it in few) == 1
+    assert rl_data.cap_pool(pool, 100) == pool
+
+
 def test_windows_longer_than_verls_prompt_limit_are_left_out():
     short, long = item(0, True), item(1, False)
     long = WindowItem(long.question, long.window, [{"role": "user", "content": "word " * 500}], long.gold, ())
