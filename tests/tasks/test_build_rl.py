@@ -1,5 +1,5 @@
-"""task=build_rl: the validation set's size, and end to end on the CPU (slow): VERL's parquet rows, half of them
-gold-bearing."""
+"""task=build_rl: the validation set's size, and end to end on the CPU (slow): VERL's parquet rows, half of
+them gold-bearing."""
 
 from __future__ import annotations
 
