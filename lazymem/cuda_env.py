@@ -12,6 +12,7 @@ cpp_extension.py:155-179). A node without nvidia-smi is not a GPU node: informat
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -133,3 +134,41 @@ def checks(flash_attn_built: bool, root: Path = ROOT) -> list[tuple[str, bool | 
         )
         rows.append((name, False, detail, fix))
     return rows
+
+
+# what a Python's torch says of CUDA, as one JSON line
+_TORCH_CUDA = (
+    "import json, torch; print(json.dumps({'torch': torch.__version__, 'build': torch.version.cuda, "
+    "'available': torch.cuda.is_available()}))"
+)
+# how each environment gets a CUDA torch (scripts/setup_env.sh and setup_sft_env.sh install the CPU build)
+CUDA_FIX = {
+    "core": "install PyPI's torch==2.13.0 (its CUDA build) in the environment of that Python, whose set-up "
+    "(scripts/setup_env.sh) puts the CPU build there",
+    "sft": "install PyPI's torch==2.13.0 (its CUDA build) in LLaMA-Factory's environment (scripts/"
+    "setup_sft_env.sh puts the CPU build there), or point train.sft.venv at one that has it",
+    "rl": "bash scripts/setup_gpu_env.sh rl, then LAZYMEM_RL_PYTHON=.venv-gpu-rl/bin/python",
+}
+
+
+def torch_cuda(python: str) -> tuple[dict | None, str]:
+    """({torch, build, available}, '') of `python`'s torch (build: torch.version.cuda, None for a CPU
+    build; available: torch.cuda.is_available() there), or (None, why it could not be asked)."""
+    out, why = _run([str(Path(python).expanduser()), "-c", _TORCH_CUDA])
+    try:
+        return json.loads((out or "").strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, why or f"{python}: no answer from torch"
+
+
+def cuda_torch_problem(python: str, runs: str, env: str) -> str | None:
+    """Why `python`, which `runs` the named GPU work, cannot put it on a GPU (its torch is a CPU build, or
+    does not reach the GPU), with the fix for the environment `env` (a key of :data:`CUDA_FIX`); None when
+    it can. Asked only on a GPU node: elsewhere the missing GPU is the problem reported."""
+    found, why = torch_cuda(python)
+    if found is None:
+        return f"{python} (runs {runs}): {why}; {CUDA_FIX[env]}"
+    if found["available"]:
+        return None
+    state = "a CPU build" if found["build"] is None else f"built for CUDA {found['build']} but sees no GPU"
+    return f"{python} (runs {runs}) has torch {found['torch']}, {state}: {CUDA_FIX[env]}"

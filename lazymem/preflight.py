@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
+from lazymem.cuda_env import cuda_torch_problem
 from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.servers import vllm_distribution
@@ -100,7 +101,16 @@ def _check(cfg, methods, benchmarks: dict) -> tuple[list[str], list[Gpu], list[s
     elif gpu_needed_by:
         inventory = gpu_inventory()
         found += place(cfg, inventory, roles)
+        found += in_process_cuda([key for key in gpu_needed_by if key.startswith("retrieval.")])
     return found, inventory, roles
+
+
+def in_process_cuda(keys: list[str]) -> list[str]:
+    """On a GPU node, the device keys whose models load in this process (the retrieval's; vLLM roles run
+    in their serving environment) need a torch here that reaches the GPU: the core environment's default
+    CPU build would fail at their first use ("Torch not compiled with CUDA enabled")."""
+    problem = cuda_torch_problem(sys.executable, ", ".join(keys), "core") if keys else None
+    return [problem] if problem else []
 
 
 def _file_problem(where: str, data, hub_ok: bool = False) -> str | None:
@@ -132,7 +142,10 @@ def role_problems(cfg, roles: list[str]) -> list[str]:
     for role in roles:
         found += get_backend(role_config(cfg.llm, role)).problems(f"llm.roles.{role}")
     if "retrieval" in cfg:
-        found += instantiate(cfg.retrieval).problems("retrieval")
+        retriever = instantiate(cfg.retrieval)
+        found += retriever.problems("retrieval")
+        if has_gpu():
+            found += in_process_cuda(retriever.gpu_keys("retrieval"))
     return found
 
 
@@ -167,7 +180,10 @@ def require_placement(cfg, roles: list[str]) -> None:
     """For tasks without methods (coverage, build_sft, build_rl, reward_rollouts): their GPU plan fits the
     visible GPUs (nothing is checked where none is visible)."""
     inventory = gpu_inventory()
-    stop(place(cfg, inventory, roles))
+    found = place(cfg, inventory, roles)
+    if inventory and "retrieval" in cfg:
+        found += in_process_cuda(instantiate(cfg.retrieval).gpu_keys("retrieval"))
+    stop(found)
     print_plan(cfg, inventory, roles)
 
 

@@ -25,6 +25,7 @@ def fresh_state(monkeypatch):
         pytest.skip("in-process signal tests need the main thread")
     monkeypatch.setattr(interrupt, "_hooks", [])
     monkeypatch.setattr(interrupt, "_received", None)
+    monkeypatch.setattr(interrupt, "_watch", lambda signum: None)  # its os._exit would end pytest itself
 
 
 @pytest.mark.parametrize(
@@ -158,3 +159,37 @@ def test_a_process_killed_inside_handling_runs_its_hooks_and_exits_with_128_plus
             child.wait()
     assert out.splitlines() == ["hook: servers down", f"interrupted by {sig.name}", "check raises"], err
     assert child.returncode == 128 + sig
+
+
+HANGS = textwrap.dedent(
+    """
+    import threading
+    from lazymem import interrupt
+
+    interrupt.GRACE_S = 1.0
+    try:
+        with interrupt.handling():
+            print("ready", flush=True)
+            threading.Event().wait(30)
+    except interrupt.Interrupted:
+        print("cleaning up", flush=True)
+        threading.Event().wait(30)  # a cleanup that never ends
+    """
+)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="os.kill with SIGTERM")
+def test_a_process_that_hangs_after_the_signal_prints_its_stacks_and_exits_with_128_plus_the_signal():
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANGS], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline() == "ready\n"
+        os.kill(child.pid, signal.SIGTERM)
+        out, err = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out == "cleaning up\n" and child.returncode == 143, err
+    assert "still running 1s after SIGTERM" in err and 'File "<string>", line 12' in err, err

@@ -10,11 +10,13 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lazymem import preflight
 from lazymem.conf import CONF_DIR
+from lazymem.cuda_env import cuda_torch_problem
 from lazymem.llm import backends
 from lazymem.llm.llm_set import role_config
 from lazymem.methods.lazymem import LazyMem
@@ -208,6 +210,7 @@ def test_preflight_checks_the_plan_only_with_a_gpu(models, monkeypatch):
 
 def test_require_placement_checks_the_plan_against_the_visible_gpus(models, monkeypatch):
     cfg = config("+experiment=coverage_locomo")  # placement=gpu2; the embedder alone fits one GPU
+    monkeypatch.setattr(preflight, "cuda_torch_problem", lambda *a: None)  # a torch that reaches the GPUs
     monkeypatch.setattr(preflight, "gpu_inventory", lambda: gpus(1))
     with pytest.raises(PreflightError) as err:
         require_placement(cfg, [])
@@ -246,6 +249,7 @@ def gpu_job(models, monkeypatch, inventory, distribution=("vllm", "0.32.0"), *ov
     `distribution` (vLLM's flag probe, which imports vLLM, left out)."""
     monkeypatch.setattr(preflight, "has_gpu", lambda: True)
     monkeypatch.setattr(preflight, "gpu_inventory", lambda: inventory)
+    monkeypatch.setattr(preflight, "cuda_torch_problem", lambda *a: None)  # a torch that reaches the GPUs
     monkeypatch.setattr(preflight, "vllm_distribution", lambda python: distribution)
     monkeypatch.setattr(backends, "vllm_problems", lambda python, command: [])
     python = models["Qwen3-32B"].parent / "serve" / "bin" / "python"
@@ -336,3 +340,20 @@ def test_role_problems_cover_the_roles_asked_for_and_the_retrieval(cpu_only, mon
     assert role_problems(cfg, []) == []
     paper_retrieval = role_problems(config("llm=paper", "retrieval=paper_gpu"), [])
     assert any(p.startswith("retrieval.") for p in paper_retrieval)
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="this environment's torch is a CUDA build")
+def test_on_a_gpu_node_the_retrievals_models_need_a_torch_here_that_reaches_the_gpu(models, monkeypatch):
+    """N15: the paper retrieval's encoder and reranker load in the job's own process; the core
+    environment's torch is the CPU build, which would fail at the first retrieval ("Torch not compiled with
+    CUDA enabled"). Preflight names this Python, its torch and the keys, for evaluations and for the tasks
+    without methods alike."""
+    cfg, methods, _ = gpu_job(models, monkeypatch, gpus(2))
+    monkeypatch.setattr(preflight, "cuda_torch_problem", cuda_torch_problem)
+    found = [p for p in problems(cfg, methods, {}) if "a CPU build" in p]
+    assert len(found) == 1 and found[0].startswith(f"{sys.executable} (runs retrieval.")
+    assert f"has torch {torch.__version__}, a CPU build: install PyPI's torch==" in found[0]
+    cfg = config("+experiment=coverage_locomo")
+    with pytest.raises(PreflightError, match="a CPU build"):
+        require_placement(cfg, [])
+    assert not preflight.in_process_cuda([])  # nothing loads here: nothing to ask

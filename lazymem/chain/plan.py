@@ -33,7 +33,7 @@ class Decision:
     action: str
     reason: str
     fingerprint: dict | None = None
-    overrides: list[str] = field(default_factory=list)  # as run, without resume and the Ray address
+    overrides: list[str] = field(default_factory=list)  # as run, without resume
     given: Path | None = None
     config: object = None  # the stage's composed config (DictConfig), for the chain's preflight
 
@@ -134,11 +134,9 @@ def render(decisions: Sequence[Decision]) -> str:
     return "\n".join(lines)
 
 
-def command(decision: Decision, chain_dir: Path, ray_address: str | None) -> list[str]:
+def command(decision: Decision, chain_dir: Path) -> list[str]:
     """The stage's lazymem.run command line (run with the chain's own Python)."""
     cmd = [sys.executable, "-m", "lazymem.run", *decision.overrides]
-    if decision.stage.ray_gpus and ray_address:
-        cmd.append(f"++train.grpo.ray_address={ray_address}")
     if decision.action == "continue":
         cmd.append("resume=true")
     return [*cmd, f"hydra.run.dir={decision.stage.run_dir(chain_dir)}"]

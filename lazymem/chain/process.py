@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray._private.ray_constants import RAY_INTERNAL_FLAGS
+
 from lazymem.chain.guards import leaks
 from lazymem.rundir import now
 from lazymem.subproc import start
@@ -44,19 +46,20 @@ class Job:
     gpus: float = 0
     cpus: float = 1
     deps: tuple[str, ...] = ()
-    ray_gpus: bool = False  # its job takes GPUs from the cluster itself: the task leaves the GPU env alone
     split: str | None = None
+    shared_gpus: tuple[str, ...] = ()  # GPUs outside Ray's pool it sees after its own (a judge's)
     stop_timeout_s: float = 60
 
 
 def gpu_env(job: Job, gpu_ids: Sequence) -> dict[str, str]:
-    """The stage's environment: the GPUs Ray gave its task, none for a CPU stage (so it cannot take a GPU
-    stage's), and the worker's own for a stage whose job schedules its GPUs on the cluster."""
-    env = dict(os.environ)
-    if job.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-    elif not job.ray_gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    """The stage's environment: the GPUs Ray gave its task (none for a CPU stage, so it cannot take a GPU
+    stage's), then those kept out of Ray's pool that it may see (`shared_gpus`); without the variables that
+    tie a process to the chain's raylet, which Ray strips from a submitted job too (ray 2.60
+    _private/ray_constants.py:638-645 RAY_INTERNAL_FLAGS): a job that starts its own Ray (VERL) starts it
+    on these GPUs, as from a shell."""
+    env = {k: v for k, v in os.environ.items() if k not in RAY_INTERNAL_FLAGS}
+    own = [str(i) for i in gpu_ids] if job.gpus else []
+    env["CUDA_VISIBLE_DEVICES"] = ",".join([*own, *job.shared_gpus])
     return env
 
 

@@ -14,6 +14,7 @@ stop_timeout_s), then :class:`lazymem.interrupt.Interrupted` goes on to the runn
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -34,20 +35,32 @@ OBJECT_STORE_BYTES = 75 * 1024 * 1024
 
 
 @contextmanager
-def cluster(address: str | None, num_cpus: int | None, num_gpus: int | None) -> Iterator[str]:
+def cluster(
+    address: str | None, num_cpus: int | None, num_gpus: int | None, visible: str | None = None
+) -> Iterator[None]:
     """A local Ray for the chain (address None: started here, without its dashboard, and shut down at the
-    end) or the cluster at `address` ("auto", host:port); yields the address a stage's own job joins."""
+    end; `visible`: the CUDA_VISIBLE_DEVICES its node starts with, None for this process's) or the cluster
+    at `address` ("auto", host:port)."""
     if address:
         ray.init(address=address)
     else:
-        ray.init(
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            include_dashboard=False,
-            object_store_memory=OBJECT_STORE_BYTES,
-        )
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:  # the raylet and its workers inherit the variable when they start
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        try:
+            ray.init(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+            )
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
     try:
-        yield ray.get_runtime_context().gcs_address
+        yield
     finally:
         ray.shutdown()
 

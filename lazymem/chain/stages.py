@@ -18,7 +18,7 @@ from lazymem.validate import ConfigError
 # {name} in an override; `${...}` (an OmegaConf interpolation) is left alone
 PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][\w-]*)\}")
 OWN = ("here", "chain")  # placeholders that name no stage
-KEYS = ("overrides", "gpus", "cpus", "output", "after", "ray_gpus", "reads_test")
+KEYS = ("overrides", "gpus", "cpus", "output", "after", "reads_test", "sees_reserved")
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class Stage:
     cpus: float
     output: str | None
     after: tuple[str, ...]
-    ray_gpus: bool
     reads_test: bool
+    sees_reserved: bool  # chain.ray.reserved_gpus are visible to it too, after its own GPUs
     deps: tuple[str, ...]  # referenced in the overrides or named in `after`, in the chain's order
 
     def run_dir(self, chain_dir: Path) -> Path:
@@ -65,18 +65,15 @@ def _stage(name: str, spec, default_cpus: float, common: list[str]) -> tuple[Sta
         raise ConfigError([f"{key}.output = {output!r}: must be a path relative to the stage's run dir"])
     cpus = _number(f"{key}.cpus", spec.get("cpus"), nullable=True)
     gpus = _number(f"{key}.gpus", spec.get("gpus", 0))
-    if gpus and spec.get("ray_gpus"):
-        raise ConfigError([f"{key}: ray_gpus holds no GPU itself (its job takes them from Ray): set gpus: 0"])
     stage = Stage(
         name=name,
         overrides=tuple(overrides),
         gpus=gpus,
-        # a ray_gpus stage's job asks the cluster for its own CPUs: the stage holding some could starve it
-        cpus=(0 if spec.get("ray_gpus") else default_cpus) if cpus is None else cpus,
+        cpus=default_cpus if cpus is None else cpus,
         output=output,
         after=tuple(after),
-        ray_gpus=bool(spec.get("ray_gpus", False)),
         reads_test=bool(spec.get("reads_test", False)),
+        sees_reserved=bool(spec.get("sees_reserved", False)),
         deps=(),
     )
     refs = [m for o in overrides for m in PLACEHOLDER.findall(o) if m not in OWN]

@@ -34,11 +34,31 @@ def _check(task: str):
     return getattr(module, "problems", None)
 
 
-def _gpus(ray_cfg: dict) -> int | None:
-    """The GPUs the chain's local Ray will have (None: a joined cluster's, which Ray checks)."""
+def _index(g) -> bool:
+    return isinstance(g, int) and not isinstance(g, bool) and g >= 0
+
+
+def _pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
+    """The chain's local Ray's GPUs: the CUDA_VISIBLE_DEVICES it starts with (None: the environment's), their
+    number, and the GPUs kept out of its pool (chain.ray.reserved_gpus: a server started by hand beside the
+    chain, such as GRPO's reward judge; Ray hands out only the devices its node saw at start, ray 2.60
+    _private/resource_and_label_spec.py:350-377). A joined cluster's are Ray's to check: (None, None, ())."""
     if ray_cfg["address"]:
-        return None
-    return ray_cfg["num_gpus"] if ray_cfg["num_gpus"] is not None else gpu_count()
+        return None, None, ()
+    n = ray_cfg["num_gpus"] if ray_cfg["num_gpus"] is not None else gpu_count()
+    reserved = ray_cfg.get("reserved_gpus") or []
+    if not isinstance(reserved, list) or not all(g is None or _index(g) for g in reserved):
+        raise ConfigError([f"chain.ray.reserved_gpus = {reserved!r}: must be a list of GPU indices or nulls"])
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        visible = [str(i) for i in range(n)]
+    else:
+        visible = [v.strip() for v in env.split(",") if v.strip()][:n]
+    shared = tuple(str(g) for g in reserved if g is not None and str(g) in visible)
+    if not shared:
+        return None, n, ()
+    kept = [v for v in visible if v not in shared]
+    return ",".join(kept), len(kept), shared
 
 
 def _record(d: planning.Decision, chain_dir: Path, prev: dict) -> dict:
@@ -57,7 +77,7 @@ def _record(d: planning.Decision, chain_dir: Path, prev: dict) -> dict:
     return entry
 
 
-def _jobs(decisions, chain_dir: Path, chain: dict, given: dict, address: str) -> list[Job]:
+def _jobs(decisions, chain_dir: Path, chain: dict, given: dict, shared: tuple[str, ...] = ()) -> list[Job]:
     outputs = output_paths([d.stage for d in decisions], chain_dir, given)
     # the test-id guard needs the chain's own split (a stage named split that this chain has or made)
     split = next((outputs["split"] for d in decisions if d.stage.name == "split" and d.action != "out"), None)
@@ -75,15 +95,15 @@ def _jobs(decisions, chain_dir: Path, chain: dict, given: dict, address: str) ->
         jobs.append(
             Job(
                 name=s.name,
-                cmd=tuple(planning.command(d, chain_dir, address)),
+                cmd=tuple(planning.command(d, chain_dir)),
                 cwd=os.getcwd(),
                 run_dir=str(s.run_dir(chain_dir)),
                 log=str(s.log(chain_dir)),
                 gpus=s.gpus,
                 cpus=s.cpus,
                 deps=s.deps,
-                ray_gpus=s.ray_gpus,
                 split=str(guard) if guard else None,
+                shared_gpus=shared if s.sees_reserved else (),
                 stop_timeout_s=float(chain["stop_timeout_s"]),
             )
         )
@@ -112,7 +132,8 @@ def run(cfg, run) -> dict:
         decisions = planning.plan(stages, covered, given, chain_dir, prev, compose, chain["from"])
     print(planning.render(decisions), flush=True)
     actions = {d.stage.name: d.action for d in decisions}
-    found = preflight.problems(decisions, _check, chain_dir, _gpus(chain["ray"]))
+    visible, gpus, shared = _pool(chain["ray"])
+    found = preflight.problems(decisions, _check, chain_dir, gpus)
     if chain["dry_run"]:
         if found:
             print("the chain would stop on:\n" + "\n".join(f"  - {m}" for m in found))
@@ -134,8 +155,9 @@ def run(cfg, run) -> dict:
         results = {}
         if todo:
             ray_cfg = chain["ray"]
-            with cluster(ray_cfg["address"], ray_cfg["num_cpus"], ray_cfg["num_gpus"]) as address:
-                jobs = _jobs(decisions, chain_dir, chain, given, address)
+            num_gpus = ray_cfg["num_gpus"] if visible is None else gpus
+            with cluster(ray_cfg["address"], ray_cfg["num_cpus"], num_gpus, visible):
+                jobs = _jobs(decisions, chain_dir, chain, given, shared)
                 problems = [] if ray_cfg["address"] else infeasible(jobs)
                 if problems:
                     raise ConfigError(problems)

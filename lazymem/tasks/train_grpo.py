@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import shlex
+import sys
 import tempfile
 import urllib.parse
 import urllib.request
@@ -28,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem import tracking
+from lazymem.cuda_env import cuda_torch_problem
 from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.servers import VllmServer, visible_devices
@@ -120,7 +122,7 @@ def problems(cfg) -> list[str]:
     if missing := _python_problem(g.get("python")):
         return [missing, *judge]
     found = rl_env_problems(g.get("python")) if launch.rl_env else []
-    return found + [p for p in [_gpu_problem(launch)] if p] + judge
+    return found + [p for p in [_gpu_problem(launch), _cuda_problem(g, launch)] if p] + judge
 
 
 def _python_problem(python: str | None) -> str | None:
@@ -138,6 +140,14 @@ def _gpu_problem(launch: Launch) -> str | None:
     if launch.gpus and (gpus := gpu_count()) < launch.gpus:
         return f"train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}"
     return None
+
+
+def _cuda_problem(g: dict, launch: Launch) -> str | None:
+    """On a GPU node, a trainer Python whose torch cannot reach the GPUs it trains on (the core
+    environment's default torch, train.grpo.python null, is the CPU build)."""
+    if not launch.gpus or not gpu_count():
+        return None
+    return cuda_torch_problem(g.get("python") or sys.executable, "train_grpo on GPUs", "rl")
 
 
 def last_error(log: Path) -> str | None:
@@ -192,6 +202,8 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: {missing}")
     if short := _gpu_problem(launch):
         raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
+    if problem := _cuda_problem(g, launch):
+        raise SystemExit(f"error: {problem}")
     devices = _before_training(cfg, reward, launch, g.get("python"))
     try:
         check_disk(g["checkpoint_dir"], g["min_free_gib"], launch.disk)

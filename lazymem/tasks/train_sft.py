@@ -22,6 +22,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from lazymem import tracking
+from lazymem.cuda_env import cuda_torch_problem
+from lazymem.llm.backends import has_gpu
 from lazymem.subproc import stream
 from lazymem.train.checkpoint_disk import check_disk, sft_need
 from lazymem.train.checkpoint_select import sft_selection
@@ -55,10 +57,18 @@ def problems(cfg) -> list[str]:
     """LLaMA-Factory's environment, checked before a chain starts (lazymem/chain/preflight.py)."""
     cli = Path(cfg.train.sft.venv) / "bin" / "llamafactory-cli"
     if cli.exists():
-        return []
+        return [p for p in [_cuda_problem(cfg.train.sft)] if p]
     return [
         f"{cli} not found: create LLaMA-Factory's environment with `make setup-sft` (or train.sft.venv=...)"
     ]
+
+
+def _cuda_problem(sft) -> str | None:
+    """On a GPU node, SFT on the GPUs (no `use_cpu` among its overrides) from an environment whose torch
+    cannot reach them: .venv-sft's default torch is the CPU build."""
+    if (sft.get("overrides") or {}).get("use_cpu") or not has_gpu():
+        return None
+    return cuda_torch_problem(str(Path(sft.venv) / "bin" / "python"), "LLaMA-Factory's SFT on GPUs", "sft")
 
 
 def run(cfg, run) -> dict:
@@ -90,6 +100,8 @@ def run(cfg, run) -> dict:
             f"error: {cli} not found: create LLaMA-Factory's environment with `make setup-sft` "
             "(scripts/setup_sft_env.sh) or point train.sft.venv at one"
         )
+    if problem := _cuda_problem(sft):
+        raise SystemExit(f"error: {problem}")
     try:  # LLaMA-Factory writes a checkpoint per epoch, weights and optimiser state: room for all of them
         floor = sft.get("min_free_gib") or 0
         check_disk(train["output_dir"], floor, sft_need(train), "train.sft", SFT_DISK_FIX)

@@ -72,11 +72,20 @@ def reward_kwargs(reward: Mapping[str, Any], checkpoint_dir: Path) -> list[str]:
     return out
 
 
-def ray_overrides(address: str) -> list[str]:
-    """Join a running Ray cluster: verl/trainer/main_ppo.py:57-74 passes ray_kwargs.ray_init to ray.init
-    only when Ray is not initialised yet, and ray.init refuses num_cpus/num_gpus together with an address,
-    so num_cpus stays null (the cluster's resources are its own)."""
-    return [f"+ray_kwargs.ray_init.address={value(address)}", "ray_kwargs.ray_init.num_cpus=null"]
+def ray_overrides(address: str | None, gpus: int) -> list[str]:
+    """Where VERL's Ray runs. verl/trainer/main_ppo.py:57-74 passes ray_kwargs.ray_init to ray.init only when
+    Ray is not initialised yet. With an address VERL joins that cluster; ray.init refuses num_cpus/num_gpus
+    together with an address, so num_cpus stays null (the cluster's resources are its own). Without one,
+    "local" starts a cluster of VERL's own on the GPUs this process sees, even where RAY_ADDRESS or a
+    `ray start` cluster on this node would have been joined (ray 2.60 _private/services.py:686-708,
+    _private/worker.py:1686-1689); its raylet starts the workers with this Python, train.grpo.python's
+    (_private/services.py:1814-1817), not the core environment's that the chain's own Ray runs. Its Ray gets
+    `gpus` GPUs, the first ones this process sees: a worker's devices are indices into the visible list
+    (_private/worker.py:1155-1163), so a device listed after them (the reward judge's, which a chain's GRPO
+    stage sees last) is never given to a worker."""
+    if address:
+        return [f"+ray_kwargs.ray_init.address={value(address)}", "ray_kwargs.ray_init.num_cpus=null"]
+    return ["+ray_kwargs.ray_init.address=local", f"+ray_kwargs.ray_init.num_gpus={gpus}"]
 
 
 def curriculum_overrides() -> list[str]:
@@ -157,8 +166,7 @@ def overrides(g: Mapping[str, Any], reward: Mapping[str, Any] | None = None) -> 
         out += reward_kwargs(reward, checkpoints)
     if g["curriculum"]:
         out += curriculum_overrides()
-    if g.get("ray_address"):
-        out += ray_overrides(g["ray_address"])
+    out += ray_overrides(g.get("ray_address"), int(g["n_gpus_per_node"]))  # a local Ray is one node
     # the prompts' thinking switch, read by RLHFDataset and the agent loop (verl 0.9.1 trainer/config/
     # data/legacy_data.yaml:119, utils/dataset/rl_dataset.py:120-250, experimental/agent_loop/
     # agent_loop.py:242-251)

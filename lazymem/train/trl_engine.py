@@ -110,8 +110,10 @@ def grpo_args(g: Mapping[str, Any]) -> dict[str, Any]:
         # but vLLM's log-probs are taken after top-p and the trainer's over the whole vocabulary, so the ratio
         # of a long reply is far from 1 and scales its policy gradient towards 0 (sequence_mask drops it).
         # Without it the trainer still recomputes the old log-probs of the second update of a batch
-        # (grpo_trainer.py:2642: gradient_accumulation_steps % steps_per_generation != 0), as VERL does
-        "vllm_importance_sampling_correction": False,
+        # (grpo_trainer.py:2642: gradient_accumulation_steps % steps_per_generation != 0), as VERL does.
+        # log_sampling_mismatch turns it on for a first GPU run's check: TRL logs the ratio only then
+        # (grpo_trainer.py:2860-2896)
+        "vllm_importance_sampling_correction": bool(g.get("log_sampling_mismatch")),
         "vllm_mode": g["vllm_mode"],
         "vllm_gpu_memory_utilization": g["vllm_gpu_memory_utilization"],
         "vllm_enable_sleep_mode": bool(g["vllm_enable_sleep_mode"]),

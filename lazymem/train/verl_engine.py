@@ -3,7 +3,8 @@
 The overrides come from train.grpo (+ train.reward) through grpo_config.py and go to overrides.txt in the run
 directory. VERL logs its steps to W&B when the launching run is tracked (``reports``), else not at all. With
 ``ray_address`` VERL joins that Ray cluster, whose scheduler hands VERL its GPUs through VERL's own placement
-groups, so this node's GPU count and GPU plan are not checked. Checkpoints are ``global_step_N/`` (sharded
+groups, so this node's GPU count and GPU plan are not checked; without it VERL starts a Ray of its own on
+the GPUs it sees, its workers in train.grpo.python. Checkpoints are ``global_step_N/`` (sharded
 FSDP; task=merge_rl makes a model directory of the chosen one).
 """
 

@@ -64,7 +64,16 @@ def test_gpus_come_from_ray_and_a_cpu_stage_sees_none(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert gpu_env(job(tmp_path, "", gpus=2), [3, 1])["CUDA_VISIBLE_DEVICES"] == "3,1"
     assert gpu_env(job(tmp_path, "", gpus=0), [])["CUDA_VISIBLE_DEVICES"] == ""
-    assert gpu_env(job(tmp_path, "", ray_gpus=True), [])["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_a_stage_is_not_tied_to_the_chains_raylet(tmp_path, monkeypatch):
+    # what a Ray worker's environment holds (seen in a task on ray 2.60): a job that starts its own Ray
+    # (VERL) must not fate-share with the chain's raylet or take its job id
+    monkeypatch.setenv("RAY_RAYLET_PID", "4242")
+    monkeypatch.setenv("RAY_JOB_ID", "ffffffff")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    env = gpu_env(job(tmp_path, "", gpus=1), [0])
+    assert "RAY_RAYLET_PID" not in env and "RAY_JOB_ID" not in env and env["RAY_USAGE_STATS_ENABLED"] == "0"
 
 
 def test_the_guard_fails_a_training_stage_that_holds_a_test_id(tmp_path):

@@ -4,11 +4,13 @@ stages one at a time on 2 CPUs, a failure that stops what has not started, a sig
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 
 import pytest
+import ray
 
 from lazymem.chain.process import Job
 from lazymem.chain.schedule import cluster, infeasible, run_jobs
@@ -33,8 +35,8 @@ def ray_cluster():
     before = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # no token files for a throwaway local cluster
     try:
-        with cluster(None, 2, 3) as address:
-            yield address
+        with cluster(None, 2, 3):
+            yield ray.get_runtime_context().gcs_address
     finally:
         if before is None:
             os.environ.pop("RAY_AUTH_MODE")
@@ -68,6 +70,45 @@ def test_gpu_stages_overlap_on_distinct_devices(ray_cluster, tmp_path):
     assert sorted(r["cuda"] for r in runs) == ["0", "1", "2"]
     assert max(r["start"] for r in runs) < min(r["end"] for r in runs)  # all three ran at once
     assert {(n, "ok") for n in names} <= set(seen)
+
+
+# a stage whose job starts a Ray of its own, as VERL does with ray_kwargs.ray_init.address=local
+OWN_RAY = """
+import json, os, sys, ray
+ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=75 * 1024 * 1024)
+where = ray.remote(lambda: sys.executable)
+out = {"worker": ray.get(where.remote()), "gcs": ray.get_runtime_context().gcs_address}
+ray.shutdown()
+json.dump({**out, "cuda": os.environ["CUDA_VISIBLE_DEVICES"]}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_job_starting_its_own_ray_gets_its_python_and_gpus_not_the_chains(ray_cluster, tmp_path):
+    # another interpreter (as .venv-gpu-rl's is): a venv that reads this one's packages through a .pth file
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "core.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))
+    python = str(venv / "bin" / "python")
+    grpo = job(tmp_path, "grpo", gpus=1, cpus=1, code=OWN_RAY, shared_gpus=("7",))
+    grpo = Job(**{**grpo.__dict__, "cmd": (python, *grpo.cmd[1:])})
+    results = run_jobs([grpo], lambda *a: None, 10, tmp_path / ".gate")
+    assert results["grpo"]["status"] == "ok", (tmp_path / "grpo.log").read_text()[-3000:]
+    seen = json.loads((tmp_path / "grpo").read_text())
+    assert seen["worker"] == python  # not the chain's Python: its raylet started the workers
+    assert seen["gcs"] != ray_cluster  # a cluster of its own, not the chain's
+    own, judge = seen["cuda"].split(",")
+    assert own in {"0", "1", "2"} and judge == "7"  # its Ray GPU, then the reserved one
+
+
+def test_two_stages_needing_two_gpus_each_run_one_after_the_other(ray_cluster, tmp_path):
+    # paper_chain's GRPO and an evaluation (2 GPUs each) on this node's 3 (fake) GPUs: the evaluation waits
+    # for the GPUs GRPO holds instead of starting beside it and taking one of VERL's
+    jobs = [job(tmp_path, n, ["1"], gpus=2, cpus=0.5) for n in ("train_grpo", "eval_sft")]
+    assert {r["status"] for r in run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate").values()} == {"ok"}
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("train_grpo", "eval_sft"))
+    assert a["end"] <= b["start"] or b["end"] <= a["start"]
+    assert len(a["cuda"].split(",")) == len(b["cuda"].split(",")) == 2
 
 
 def test_cpu_stages_holding_both_cpus_run_one_after_the_other(ray_cluster, tmp_path):

@@ -36,11 +36,10 @@ def test_stages_keep_their_keys_and_find_their_dependencies():
     assert stages["split"].overrides == ("task=split", "logger=none")  # chain.overrides appended
 
 
-def test_a_ray_gpus_stage_holds_no_cpu_unless_told():
-    stages = {
-        s.name: s for s in parse({"grpo": {"ray_gpus": True}, "mine": {"ray_gpus": True, "cpus": 1}}, 2)
-    }
-    assert stages["grpo"].cpus == 0 and stages["grpo"].gpus == 0 and stages["mine"].cpus == 1
+def test_only_a_stage_that_asks_sees_the_reserved_gpus():
+    spec = {"grpo": {"gpus": 2, "sees_reserved": True}, "evaluate": {"gpus": 2}}
+    stages = {s.name: s for s in parse(spec, 2)}
+    assert stages["grpo"].sees_reserved and not stages["evaluate"].sees_reserved
 
 
 def test_placeholders_become_absolute_paths(tmp_path):
@@ -79,7 +78,7 @@ def test_a_stage_runs_after_the_ones_it_needs_even_when_written_before_them():
         ({"a": {"gpu": 1}}, "chain.stages.a.gpu: unknown key"),
         ({"a": {"gpus": -1}}, "chain.stages.a.gpus = -1"),
         ({"a": {"overrides": "task=stats"}}, "chain.stages.a.overrides"),
-        ({"a": {"gpus": 1, "ray_gpus": True}}, "set gpus: 0"),
+        ({"a": {"ray_gpus": True}}, "chain.stages.a.ray_gpus: unknown key"),
         ({"a": {"output": "/abs"}}, "chain.stages.a.output"),
         ({}, "chain.stages is empty"),
     ],

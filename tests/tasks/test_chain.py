@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from lazymem.chain.plan import Decision
 from lazymem.chain.stages import parse
-from lazymem.tasks.chain import _jobs
+from lazymem.conf import CONF_DIR
+from lazymem.tasks.chain import _jobs, _pool
+from lazymem.validate import ConfigError
 
 from helpers import ROOT, run_cli
 
@@ -73,26 +77,62 @@ def mtimes(folder: Path) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
-def test_training_stages_get_the_test_id_guard_and_the_grpo_stage_the_ray_address(tmp_path):
+def test_training_stages_get_the_test_id_guard_and_only_the_grpo_stage_sees_the_judges_gpu(tmp_path):
     stages = parse(
         {
             "split": {},
             "build": {"overrides": ["x={split}"]},
-            "grpo": {"ray_gpus": True, "overrides": ["y={build}"]},
-            "evaluate": {"reads_test": True},
+            "grpo": {"gpus": 2, "sees_reserved": True, "overrides": ["y={build}"]},
+            "evaluate": {"gpus": 2, "reads_test": True},
             "base_model": {},
         },
         2,
     )
     chain = {"stop_timeout_s": 5}
     decisions = [Decision(s, "run", "") for s in stages]
-    jobs = {j.name: j for j in _jobs(decisions, tmp_path, chain, {}, "1.2.3.4:6379")}
+    jobs = {j.name: j for j in _jobs(decisions, tmp_path, chain, {}, ("3",))}
     assert jobs["build"].split == jobs["grpo"].split == str(tmp_path / "split")
     # the split itself, an evaluation, and a stage that does not come after the split are not checked
     assert jobs["split"].split is None and jobs["evaluate"].split is None and jobs["base_model"].split is None
-    assert "++train.grpo.ray_address=1.2.3.4:6379" in jobs["grpo"].cmd and jobs["grpo"].cpus == 0
+    assert jobs["grpo"].shared_gpus == ("3",) and jobs["evaluate"].shared_gpus == ()
+    assert jobs["grpo"].gpus == 2 and not any("ray_address" in x for x in jobs["grpo"].cmd)
     decisions[0].action = "out"  # no split of this chain's: nothing to check against
-    assert all(j.split is None for j in _jobs(decisions[1:] + decisions[:1], tmp_path, chain, {}, "a"))
+    assert all(j.split is None for j in _jobs(decisions[1:] + decisions[:1], tmp_path, chain, {}))
+
+
+@pytest.mark.parametrize(
+    ("visible", "num_gpus", "reserved", "expected"),
+    [
+        (None, 3, [None], (None, 3, ())),  # no judge on this node: the whole node
+        (None, 3, [2], ("0,1", 2, ("2",))),
+        ("4,5,6", 3, [5], ("4,6", 2, ("5",))),  # named as CUDA_VISIBLE_DEVICES names them
+        ("0,1", 2, [7], (None, 2, ())),  # not one of this node's visible GPUs: nothing to keep out
+    ],
+)
+def test_the_reserved_gpus_are_kept_out_of_the_chains_ray(visible, num_gpus, reserved, expected, monkeypatch):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    ray_cfg = {"address": None, "num_gpus": num_gpus, "reserved_gpus": reserved}
+    assert _pool(ray_cfg) == expected
+    assert _pool({**ray_cfg, "address": "auto"}) == (None, None, ())  # a joined cluster's GPUs are its own
+
+
+def test_reserved_gpus_must_be_indices():
+    with pytest.raises(ConfigError, match="chain.ray.reserved_gpus"):
+        _pool({"address": None, "num_gpus": 2, "reserved_gpus": ["judge"]})
+
+
+def test_paper_chains_grpo_stage_holds_verls_gpus_and_sees_the_judges():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", ["+experiment=paper_chain", "placement.train.reward_judge=2"])
+    stages = {s.name: s for s in parse(OmegaConf.to_container(cfg.chain.stages, resolve=True), 2)}
+    grpo = stages["train_grpo"]
+    assert grpo.gpus == cfg.train.grpo.n_gpus_per_node == 2 and grpo.sees_reserved
+    assert OmegaConf.to_container(cfg.chain.ray, resolve=True)["reserved_gpus"] == [2]
+    # the evaluations after SFT hold the plan's GPUs too: on the paper's two, none starts beside GRPO
+    assert all(stages[n].gpus == 2 and not stages[n].sees_reserved for n in ("eval_sft", "locomo_sft"))
 
 
 @pytest.mark.slow  # four runs of the chain: ~25 s
@@ -218,8 +258,8 @@ def test_paper_chain_on_a_cpu_lists_what_it_misses_before_starting_anything(tmp_
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
     missing = out.stderr[out.stderr.index("error: this job cannot start; missing:") :]
     for expected in (
-        "build_sft, train_sft, build_rl, eval_base, eval_sft, eval_rl, locomo_base, locomo_sft, locomo_rl: "
-        "needs 2 GPUs",
+        "build_sft, train_sft, build_rl, train_grpo, eval_base, eval_sft, eval_rl, locomo_base, locomo_sft, "
+        "locomo_rl: needs 2 GPUs",
         "build_sft, build_rl: llm.roles.teacher needs an API key: export DEEPSEEK_API_KEY",
         "locomo_base, locomo_sft, locomo_rl: data.path is not set",
         "train_grpo: train.grpo.python = ",  # this environment lacks flash_attn, which VERL needs

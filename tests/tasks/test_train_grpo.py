@@ -11,10 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from lazymem import placement
 from lazymem.conf import CONF_DIR
+from lazymem.cuda_env import cuda_torch_problem
 from lazymem.llm.servers import free_port
 from lazymem.preflight import PreflightError
 from lazymem.tasks import train_grpo
@@ -88,11 +90,11 @@ def test_train_grpo_without_its_environment_says_how_to_build_it(tmp_path):
     assert not (tmp_path / "run" / "verl.log").exists()
 
 
-# task=train_grpo's checks before VERL starts, on a faked GPU node (the inventory and the GPU count are the
-# only CUDA facts faked): the quality-reward judge answers, VERL's environment imports flash_attn, and VERL
-# gets its own CUDA_VISIBLE_DEVICES, the GPUs of the job's plan (placement.train.grpo), never the judge's.
-# VERL itself is a stand-in that records its environment. Kind: the command and environment a GPU run
-# would start VERL with.
+# task=train_grpo's checks before VERL starts, on a faked GPU node (the inventory, the GPU count and a torch
+# that reaches the GPUs are the only CUDA facts faked): the quality-reward judge answers, VERL's environment
+# imports flash_attn, and VERL gets its own CUDA_VISIBLE_DEVICES, the GPUs of the job's plan
+# (placement.train.grpo), never the judge's. VERL itself is a stand-in that records its environment. Kind:
+# the command and environment a GPU run would start VERL with.
 
 
 @pytest.fixture
@@ -101,6 +103,7 @@ def node(tmp_path, monkeypatch):
     paper_model_dirs(tmp_path, monkeypatch)
     monkeypatch.setattr(train_grpo, "gpu_inventory", lambda: gpus(4, 79.6))
     monkeypatch.setattr(train_grpo, "gpu_count", lambda: 4)
+    monkeypatch.setattr(train_grpo, "cuda_torch_problem", lambda *a: None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     free_gib(monkeypatch, 1000)  # room for VERL's 5 checkpoints of the 4B (247 GiB by the estimate)
     return tmp_path
@@ -389,3 +392,17 @@ def test_a_failed_trainer_is_reported_by_its_own_last_error(tmp_path):
     assert train_grpo.last_error(log) == "JudgeErrorRateExceeded: judge error rate 0.2 > 0.05"
     log.write_text("all fine\n")
     assert train_grpo.last_error(log) is None and train_grpo.last_error(tmp_path / "none.log") is None
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="this environment's torch is a CUDA build")
+def test_on_a_gpu_node_a_trainer_python_with_a_cpu_torch_is_named(node, monkeypatch):
+    """N15: GRPO on GPUs from a Python whose torch is the CPU build (the core environment's, where
+    train.grpo.python is null) is named with the RL environment's fix, before anything starts."""
+    monkeypatch.setattr(train_grpo, "cuda_torch_problem", cuda_torch_problem)
+    g = {"python": None}
+    found = train_grpo._cuda_problem(g, SimpleNamespace(gpus=2))
+    assert found == (
+        f"{sys.executable} (runs train_grpo on GPUs) has torch {torch.__version__}, a CPU build: "
+        "bash scripts/setup_gpu_env.sh rl, then LAZYMEM_RL_PYTHON=.venv-gpu-rl/bin/python"
+    )
+    assert train_grpo._cuda_problem(g, SimpleNamespace(gpus=0)) is None  # a CPU run, or a joined cluster's

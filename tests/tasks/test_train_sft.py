@@ -7,9 +7,11 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lazymem.train import sft_data as sd
@@ -189,6 +191,28 @@ def test_the_chains_check_names_the_missing_environment_and_its_fix(tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "llamafactory-cli").touch()
     assert problems(OmegaConf.create({"train": {"sft": {"venv": str(tmp_path)}}})) == []
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="this environment's torch is a CUDA build")
+def test_on_a_gpu_node_sft_from_an_environment_with_a_cpu_torch_is_named(tmp_path, monkeypatch):
+    """N15: .venv-sft's torch is the CPU build; on a GPU node, SFT on the GPUs (no use_cpu) from it is named
+    before the chain starts, with the fix. A CPU run (use_cpu) asks nothing."""
+    from omegaconf import OmegaConf
+
+    from lazymem.tasks import train_sft
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "llamafactory-cli").touch()
+    python = tmp_path / "bin" / "python"  # an environment with this one's CPU torch
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    monkeypatch.setattr(train_sft, "has_gpu", lambda: True)
+    sft = {"venv": str(tmp_path), "overrides": {}}
+    [found] = train_sft.problems(OmegaConf.create({"train": {"sft": sft}}))
+    assert found.startswith(f"{tmp_path / 'bin' / 'python'} (runs LLaMA-Factory's SFT on GPUs) has torch ")
+    assert "a CPU build: install PyPI's torch==2.13.0 (its CUDA build) in LLaMA-Factory's" in found
+    sft["overrides"] = {"use_cpu": True}
+    assert train_sft.problems(OmegaConf.create({"train": {"sft": sft}})) == []
 
 
 def test_too_little_disk_for_the_epochs_checkpoints_stops_before_llamafactory_starts(tmp_path, monkeypatch):

@@ -168,3 +168,32 @@ def test_real_client_sends_the_judge_settings_and_caches(tmp_path):
     assert body["model"] == "qwen3-32b" and body["temperature"] == 0.0 and body["max_tokens"] == 1024
     assert body["response_format"]["type"] == "json_schema"
     assert body["chat_template_kwargs"] == {"enable_thinking": True} and body["thinking_token_budget"] == 512
+
+
+@pytest.mark.slow
+def test_the_cpu_judge_on_llama_cpp_answers_in_the_schema(tmp_path):
+    """The bundled 0.5B, unconstrained, echoes the prompt's JSON back instead of grading (every call of a
+    chain_mini GRPO run failed so); the CPU role decodes under the reply schema, so its replies parse."""
+    from lazymem.llm.llm_set import ServerRegistry, build_client, role_config
+
+    from helpers_llm import llm_conf
+
+    role = role_config(llm_conf("cpu"), "reward_judge")
+    assert role["structured"] and role["backend"] == "llamacpp"
+    item = JudgeItem(
+        query="Where did I buy my sculpting tools?",
+        query_time="2023/05/30 (Tue) 10:00",
+        answer="At the local art store",
+        reasoning=None,
+        source={
+            "role": "user",
+            "content": "I got my own set of sculpting tools today at the local art store.",
+            "timestamp": "2023/05/20 (Sat) 14:00",
+        },
+        memory="User bought sculpting tools at the local art store.",
+    )
+    with ServerRegistry(tmp_path) as servers:
+        judge = QualityJudge(JudgeConfig(llm=role, parse_retries=0), build_client(role, servers, None))
+        score = asyncio.run(judge.score(item))
+    assert score.error is None, score.reply
+    assert score.faithfulness in (0, 1, 2) and score.utility in (0, 1, 2)

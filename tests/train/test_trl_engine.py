@@ -71,6 +71,8 @@ def test_the_loss_is_verls_not_trls_defaults(tmp_path):
     g = grpo_cfg(tmp_path, engine=GRPO_TRL)
     args = GRPOConfig(**{**grpo_args(g), "use_cpu": True, "bf16": False, "use_vllm": False})
     assert args.vllm_importance_sampling_correction is False and args.use_bias_correction_kl is False
+    # a first GPU run's check turns TRL's correction on, the only way TRL logs the ratio
+    assert grpo_args({**g, "log_sampling_mismatch": True})["vllm_importance_sampling_correction"] is True
     assert grpo_args(g)["bf16"] and grpo_args(g)["model_init_kwargs"] == {"dtype": "bfloat16"}  # LoRA
     full = {**g, "lora": {**g["lora"], "enabled": False}}
     assert grpo_args(full)["bf16"] and grpo_args(full)["model_init_kwargs"] == {"dtype": "float32"}
