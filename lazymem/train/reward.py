@@ -24,12 +24,16 @@ rollout's dict); values are float, int, str or None. VERL's validation metrics
 - ``r_qual`` is None while lam = 0 (not computed; the same for the whole round).
 - ``gate_error`` is the gate's error code, a string, or None for a valid output: skipped by the
   metrics, kept in VERL's validation dumps; ``format_ok`` (1.0 / 0.0) carries the rate.
+- ``judge_s`` is the seconds the rollout waited for its judge calls (concurrent, so its slowest call,
+  queueing in the judge's server included), 0.0 without calls: a step's mean, beside the judge role's
+  ``timeout_s``, measures how close phase 2's load brings the judge to timing out.
 """
 
 # No `from __future__ import annotations` here: VERL may load this file by path without registering it in
 # sys.modules, and dataclasses cannot resolve string annotations of such a module.
 import asyncio
 import math
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ RESULT_KEYS = (
     "phase",
     "judge_calls",
     "judge_errors",
+    "judge_s",
 )
 _VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})  # passed by VERL, unused
 _TRAINER_SETTINGS = frozenset({"tau", "lam_phase2"})  # read by the curriculum trainer (verl_trainer.py)
@@ -120,7 +125,7 @@ async def compute_score_async(
     truth = read_ground_truth(ground_truth)
     lam, phase = opts.lam_phase()
     out: dict[str, Any] = dict.fromkeys(RESULT_KEYS)
-    out.update(score=0.0, format_ok=0.0, lam=lam, phase=phase, judge_calls=0, judge_errors=0)
+    out.update(score=0.0, format_ok=0.0, lam=lam, phase=phase, judge_calls=0, judge_errors=0, judge_s=0.0)
     gate = check_decisions(solution_str, len(truth))
     if not gate.ok:  # no decisions: nothing kept, nothing dropped (see the module docstring)
         a_gold, a_nongold = category_accuracy(truth.gold, [""] * len(truth))
@@ -133,8 +138,10 @@ async def compute_score_async(
     out["n_keep"] = sum(1 for d in gate.decisions if d.op == "KEEP")
     score = r_act
     if lam > 0:
+        start = time.monotonic()
         r_qual, calls, errors = await quality_reward(truth, gate.decisions, get_judge(opts.judge))
-        out.update(r_qual=r_qual, judge_calls=calls, judge_errors=errors)
+        waited = time.monotonic() - start if calls else 0.0
+        out.update(r_qual=r_qual, judge_calls=calls, judge_errors=errors, judge_s=waited)
         score = (1.0 - lam) * r_act + lam * r_qual
     out["score"] = score
     return out

@@ -165,11 +165,13 @@ def test_phase2_mixes_action_and_quality(judge):
     assert out["score"] == pytest.approx(0.5 * r_act + 0.5 * r_qual)
     assert sorted(judge.calls) == ["good", "made up", "meh"]  # one call per KEEP message
     assert (out["judge_calls"], out["judge_errors"], out["phase"]) == (3, 0, 2)
+    assert out["judge_s"] > 0.0  # the rollout's wait for its three concurrent calls
 
 
 def test_phase2_nothing_kept_gives_zero_quality(judge):
     out = compute_score("lazymem", response([D, D]), truth([False, False]), lam=0.5)
     assert out["r_qual"] == 0.0 and out["score"] == pytest.approx(0.5) and judge.calls == []
+    assert out["judge_s"] == 0.0
 
 
 def test_judge_error_counts_and_scores_zero(judge):
@@ -223,13 +225,18 @@ def test_same_keys_on_every_call(judge):
 
 def test_async_and_sync_agree_and_sync_works_inside_a_loop(judge):
     args = ("lazymem", response([K, K, D]), truth([True, False, False]))
-    sync = compute_score(*args, lam=0.5)
-    assert asyncio.run(compute_score_async(*args, lam=0.5)) == sync
+
+    def untimed(out):  # the judge's wait is a measurement, not part of the reward
+        assert out.pop("judge_s") >= 0.0
+        return out
+
+    sync = untimed(compute_score(*args, lam=0.5))
+    assert untimed(asyncio.run(compute_score_async(*args, lam=0.5))) == sync
 
     async def inside_loop():
         return compute_score(*args, lam=0.5)
 
-    assert asyncio.run(inside_loop()) == sync
+    assert untimed(asyncio.run(inside_loop())) == sync
 
 
 def test_settings_are_checked(no_judge):
