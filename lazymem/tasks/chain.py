@@ -40,7 +40,8 @@ def _index(g) -> bool:
 
 def _pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
     """The chain's local Ray's GPUs: the CUDA_VISIBLE_DEVICES it starts with (None: the environment's), their
-    number, and the GPUs kept out of its pool (chain.ray.reserved_gpus: a server started by hand beside the
+    number, and the GPUs kept out of its pool, as CUDA_VISIBLE_DEVICES names them (chain.ray.reserved_gpus:
+    positions among the visible GPUs, as placement's indices are, of a server started by hand beside the
     chain, such as GRPO's reward judge; Ray hands out only the devices its node saw at start, ray 2.60
     _private/resource_and_label_spec.py:350-377). A joined cluster's are Ray's to check: (None, None, ())."""
     if ray_cfg["address"]:
@@ -54,7 +55,7 @@ def _pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
         visible = [str(i) for i in range(n)]
     else:
         visible = [v.strip() for v in env.split(",") if v.strip()][:n]
-    shared = tuple(str(g) for g in reserved if g is not None and str(g) in visible)
+    shared = tuple(visible[g] for g in reserved if g is not None and g < len(visible))
     if not shared:
         return None, n, ()
     kept = [v for v in visible if v not in shared]

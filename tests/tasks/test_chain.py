@@ -105,7 +105,8 @@ def test_training_stages_get_the_test_id_guard_and_only_the_grpo_stage_sees_the_
     [
         (None, 3, [None], (None, 3, ())),  # no judge on this node: the whole node
         (None, 3, [2], ("0,1", 2, ("2",))),
-        ("4,5,6", 3, [5], ("4,6", 2, ("5",))),  # named as CUDA_VISIBLE_DEVICES names them
+        # a position among the visible GPUs, as placement's indices are (SLURM gave the job GPUs 4-6)
+        ("4,5,6", 3, [2], ("4,5", 2, ("6",))),
         ("0,1", 2, [7], (None, 2, ())),  # not one of this node's visible GPUs: nothing to keep out
     ],
 )
