@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import ray
@@ -91,7 +92,7 @@ def test_a_job_starting_its_own_ray_gets_its_python_and_gpus_not_the_chains(ray_
     (site / "core.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))
     python = str(venv / "bin" / "python")
     grpo = job(tmp_path, "grpo", gpus=1, cpus=1, code=OWN_RAY, shared_gpus=("7",))
-    grpo = Job(**{**grpo.__dict__, "cmd": (python, *grpo.cmd[1:])})
+    grpo = replace(grpo, cmd=(python, *grpo.cmd[1:]))
     results = run_jobs([grpo], lambda *a: None, 10, tmp_path / ".gate")
     assert results["grpo"]["status"] == "ok", (tmp_path / "grpo.log").read_text()[-3000:]
     seen = json.loads((tmp_path / "grpo").read_text())
