@@ -20,16 +20,17 @@ LAYERS = (
     ),
     # classes a config names by registered name or import path (backends, judge styles)
     ("registry",),
-    # model memory estimates (from configs and weights alone)
-    ("model_memory",),
     # serving (LLM backends, servers, clients) and retrieval
     ("llm", "retrieval"),
+    # GPUs: model memory estimates (from configs and weights alone), the GPUs a job sees and the plans that
+    # place its models there; after llm, whose vLLM server specs the plans read (llm uses no estimate)
+    ("gpu",),
     # memory construction: windows, KEEP/DROP decisions, their scoring
     ("construct",),
     # the memory methods compared in the paper
     ("methods",),
-    # evaluation, training, GPU placement
-    ("eval", "train", "placement"),
+    # evaluation, training
+    ("eval", "train"),
     # checks before a job starts
     ("preflight", "validate"),
     # the agent memory (API, service, MCP server): a wing above the research core, whose start-up runs the
@@ -39,8 +40,10 @@ LAYERS = (
     ("report", "tracking", "sweep"),
     # the training chain: stages run as lazymem tasks in subprocesses of Ray tasks
     ("chain",),
-    # the run lifecycle and the tasks it runs
-    ("runner", "tasks"),
+    # the tasks: each module declares its contract, and the registry maps `task=NAME` to it
+    ("tasks",),
+    # the run lifecycle, which runs the task the registry names
+    ("runner",),
     # the entry point
     ("run",),
 )

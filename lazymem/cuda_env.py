@@ -141,12 +141,13 @@ _TORCH_CUDA = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'build': torch.version.cuda, "
     "'available': torch.cuda.is_available()}))"
 )
-# how each environment gets a CUDA torch (scripts/setup_env.sh and setup_sft_env.sh install the CPU build)
+# how each environment gets a CUDA torch (scripts/setup_env.sh and setup_sft_env.sh install the CPU build
+# unless LAZYMEM_TORCH=cuda: scripts/env_cache.sh's torch_venv)
 CUDA_FIX = {
-    "core": "install PyPI's torch==2.13.0 (its CUDA build) in the environment of that Python, whose set-up "
-    "(scripts/setup_env.sh) puts the CPU build there",
-    "sft": "install PyPI's torch==2.13.0 (its CUDA build) in LLaMA-Factory's environment (scripts/"
-    "setup_sft_env.sh puts the CPU build there), or point train.sft.venv at one that has it",
+    "core": "LAZYMEM_TORCH=cuda bash scripts/setup_env.sh (PyPI's CUDA build of torch==2.13.0 under .venv), "
+    "and run the job with .venv's Python",
+    "sft": "LAZYMEM_TORCH=cuda bash scripts/setup_sft_env.sh (PyPI's CUDA build of torch==2.13.0 in "
+    ".venv-sft), or point train.sft.venv at an environment that has it",
     "rl": "bash scripts/setup_gpu_env.sh rl, then LAZYMEM_RL_PYTHON=.venv-gpu-rl/bin/python",
 }
 

@@ -1,5 +1,5 @@
 """Check, before any work starts, that a job has what it needs: GPU, model paths, data files, API keys,
-the right vLLM build for its GPUs, and a GPU plan that fits the visible GPUs (lazymem.placement).
+the right vLLM build for its GPUs, and a GPU plan that fits the visible GPUs (lazymem.gpu.plans).
 
 Everything missing is collected and reported in one message, each item with how to provide it, so a
 misconfigured paper-scale job stops within seconds instead of failing an hour in. A job that passes on a
@@ -16,11 +16,12 @@ from pathlib import Path
 from hydra.utils import instantiate
 
 from lazymem.cuda_env import cuda_torch_problem
+from lazymem.gpu.inventory import Gpu, gpu_inventory, sold_as
+from lazymem.gpu.plans import describe, place
 from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.llm_set import role_config
-from lazymem.llm.servers import vllm_distribution
+from lazymem.llm.vllm_probe import vllm_distribution
 from lazymem.methods.base import Method
-from lazymem.placement import Gpu, describe, gpu_inventory, place, sold_as
 
 # what VERL's environment must import before VERL starts: VERL 0.9.1 loads the actor and the reference with
 # attn_implementation flash_attention_2 unless override_config says otherwise

@@ -1,31 +1,117 @@
-"""The one entry point: `lazymem [task=NAME] [+experiment=NAME] [overrides]`, or `python -m lazymem.run ...`
-(see runner.py)."""
+"""The one entry point: `lazymem COMMAND [ARGS]`, or `python -m lazymem.run COMMAND [ARGS]`.
+
+    run [OVERRIDES]      a task: `lazymem run [task=NAME] [+experiment=NAME] [key=value]` (lazymem/runner.py)
+    ls                   the tasks and the bundled experiments, one line each
+    doctor [OVERRIDES]   what this machine can run: `run task=doctor`, without tracking
+    serve [OVERRIDES]    the memory service over HTTP (lazymem/agent)
+    mcp [OVERRIDES]      the memory service as an MCP server
+    import | export ...  users' histories into and out of the service's store (lazymem/agent/transfer.py)
+
+Without a command the arguments are a run's: `lazymem task=stats` is `lazymem run task=stats`. Each command
+imports what it needs when it runs, so `lazymem ls` starts in a moment.
+"""
+
+from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from lazymem.runner import main
+
+def run(args: Sequence[str]) -> int:
+    """A task, composed by Hydra from `args` (Hydra reads them from sys.argv); 0 once it returned (a failed
+    run exits on its own, with its status)."""
+    from lazymem.runner import main
+
+    sys.argv[1:] = list(args)
+    main()
+    return 0
 
 
-def cli() -> None:
-    """The `lazymem` console script: Hydra's exit status, 0 after a run that returned.
-    `lazymem serve` / `lazymem mcp [overrides]` run the memory service (lazymem/agent) instead of a task;
-    `lazymem import` / `lazymem export` move users' histories in and out of its store (agent/transfer.py);
-    `lazymem doctor [overrides]` is `task=doctor` without tracking."""
-    if sys.argv[1:2] == ["serve"]:
-        from lazymem.agent.service import serve
+def doctor(args: Sequence[str]) -> int:
+    return run(["task=doctor", "logger=none", *args])
 
-        sys.exit(serve(sys.argv[2:]))
-    if sys.argv[1:2] == ["mcp"]:
-        from lazymem.agent.mcp_server import main as mcp
 
-        sys.exit(mcp(sys.argv[2:]))
-    if sys.argv[1:2] in (["import"], ["export"]):
-        from lazymem.agent.transfer import main as transfer
+def serve(args: Sequence[str]) -> int | None:
+    from lazymem.agent.service import serve
 
-        sys.exit(transfer(sys.argv[1], sys.argv[2:]))
-    if sys.argv[1:2] == ["doctor"]:
-        sys.argv[1:2] = ["task=doctor", "logger=none"]
-    sys.exit(main() and 0)
+    return serve(list(args))
+
+
+def mcp(args: Sequence[str]) -> int | None:
+    from lazymem.agent.mcp_server import main
+
+    return main(list(args))
+
+
+def transfer(kind: str) -> Callable[[Sequence[str]], int | None]:
+    def command(args: Sequence[str]) -> int | None:
+        from lazymem.agent.transfer import main
+
+        return main(kind, list(args))
+
+    return command
+
+
+def ls(args: Sequence[str]) -> int:
+    """The tasks (the task registry's) and the bundled experiments (conf/experiment/), each with the first
+    clause of its description: the task module's docstring, the experiment's leading comment."""
+    from lazymem import tasks
+    from lazymem.conf import CONF_DIR
+
+    if args:
+        raise SystemExit(f"error: lazymem ls takes no arguments, got {' '.join(args)}")
+    experiments = {p.stem: _comment(p) for p in sorted((CONF_DIR / "experiment").glob("*.yaml"))}
+    width = max(map(len, [*tasks.NAMES, *experiments]))
+    print("tasks (lazymem run task=NAME):")
+    for name in tasks.NAMES:
+        print(f"  {name:{width}}  {gist(tasks.describe(name))}")
+    print("\nexperiments (lazymem run +experiment=NAME):")
+    for name, comment in experiments.items():
+        print(f"  {name:{width}}  {gist(comment)}")
+    return 0
+
+
+def _comment(path: Path) -> str:
+    """A config file's leading comment, without its `@package` line."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            if lines:
+                break
+            continue
+        if not line.startswith("# @package"):
+            lines.append(line.lstrip("#").strip())
+    return " ".join(lines)
+
+
+def gist(text: str) -> str:
+    """The first clause of `text`: up to its first colon, semicolon or full stop outside brackets."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c in "([") - (c in ")]")
+        if depth == 0 and c in ":;." and text[i + 1 : i + 2] in (" ", ""):
+            return text[:i]
+    return text
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int | None]] = {
+    "run": run,
+    "ls": ls,
+    "doctor": doctor,
+    "serve": serve,
+    "mcp": mcp,
+    "import": transfer("import"),
+    "export": transfer("export"),
+}
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+    """The `lazymem` console script: the command's exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in COMMANDS:
+        sys.exit(COMMANDS[args[0]](args[1:]))
+    sys.exit(run(args))
 
 
 if __name__ == "__main__":

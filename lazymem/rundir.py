@@ -154,9 +154,10 @@ def result_changes(stored: dict, new: dict) -> list[str]:
     return changed
 
 
-def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
+def check_run_dir(run_dir: Path, cfg: DictConfig, resumes_itself: bool = False) -> None:
     """Refuse, before anything is written, a directory that holds an earlier run unless this run resumes
-    it with a config that gives the same results."""
+    it with a config that gives the same results (`resumes_itself`: any config; the task decides what a
+    changed one reruns, as task=chain does per stage)."""
     stored = run_dir / "config.yaml"
     if not (stored.exists() or (run_dir / "meta.json").exists()):
         return
@@ -166,8 +167,8 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
             f"error: {run_dir} already holds a run (status {status}); continue it with resume=true, "
             "or pick a new directory with hydra.run.dir=DIR"
         )
-    if not stored.exists() or cfg.get("task") == "chain":
-        return  # a chain decides per stage what a changed config reruns (lazymem/chain/plan.py)
+    if not stored.exists() or resumes_itself:
+        return
     changes = result_changes(yaml_load(stored), resolved_config(cfg))
     if changes:
         shown = "\n".join(f"  - {c}" for c in changes[:20])

@@ -1,5 +1,5 @@
-"""What `python -m lazymem.run` runs: compose conf/config.yaml, run `lazymem.tasks.<task>.run(cfg, run)`
-inside a run directory that holds the resolved config, meta.json and the task's outputs.
+"""What `lazymem run` runs: compose conf/config.yaml, then run the task `task` names (the task registry,
+lazymem/tasks) inside a run directory that holds the resolved config, meta.json and the task's outputs.
 
 Kept apart from lazymem/run.py so that the task function and the resolver live in an importable module:
 launchers such as Ray pickle them by reference, and `__main__` does not exist in their workers.
@@ -7,7 +7,6 @@ launchers such as Ray pickle them by reference, and `__main__` does not exist in
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import random
@@ -24,11 +23,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lazymem import interrupt, tracking
+from lazymem import interrupt, tasks, tracking
 from lazymem.data.schema import DataError
 from lazymem.eval.records import status_counts
 from lazymem.llm.client import ProviderRefused
-from lazymem.llm.servers import ServerDied, ServerStartError
+from lazymem.llm.managed_server import ServerDied, ServerStartError
 from lazymem.rundir import (
     RunDirError,
     RunMeta,
@@ -82,13 +81,19 @@ QUIET = ("httpx", "httpx2", "httpcore", "openai", "bm25s", "sentence_transformer
 CLEAR_STOPS = (DataError, ConfigError, ServerStartError, ServerDied, ProviderRefused)
 
 
-def _task(name: str):
-    try:
-        return importlib.import_module(f"lazymem.tasks.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"lazymem.tasks.{name}":
-            raise
-        raise ConfigError([f"unknown task '{name}' (no module lazymem.tasks.{name})"]) from None
+def _task(name: str) -> tasks.Task:
+    task = tasks.find(str(name))
+    if task is None:
+        raise ConfigError([f"unknown task '{name}' (`lazymem ls` lists the tasks)"])
+    return task
+
+
+def _resumes_itself(cfg: DictConfig) -> bool:
+    """Whether a resumed run's task decides itself what a changed config reruns. Asked of resumed runs only,
+    since it imports the task's module; an unknown task does not (it fails in `execute`, with its
+    meta.json)."""
+    task = tasks.find(str(cfg.get("task"))) if cfg.get("resume") else None
+    return task is not None and task.resumes_itself
 
 
 def _budget(questions: dict | None, cfg: DictConfig) -> dict | None:
@@ -109,7 +114,8 @@ def execute(cfg: DictConfig) -> dict | None:
     for name in QUIET:  # per-request chatter of libraries; their warnings still show
         logging.getLogger(name).setLevel(logging.WARNING)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    check_run_dir(run_dir, cfg)  # an earlier run here is refused (or resumed) before anything is written
+    # an earlier run here is refused (or resumed) before anything is written
+    check_run_dir(run_dir, cfg, _resumes_itself(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(cfg, run_dir)
     run = Run(cfg, run_dir)
@@ -121,9 +127,9 @@ def execute(cfg: DictConfig) -> dict | None:
     try:
         with interrupt.handling():
             validate(cfg)  # before any server starts or model loads
-            result = _task(cfg.task).run(cfg, run)
-        # a chain's stages keep their own question counts (and error budgets) in their own run dirs
-        status, questions = outcome(status_counts(run_dir) if cfg.task != "chain" else None)
+            task = _task(cfg.task)
+            result = task.run(cfg, run)
+        status, questions = outcome(status_counts(run_dir) if task.counts_questions else None)
         if status != "ok":
             error = (
                 f"{questions['errors']} of {questions['ok'] + questions['errors']} questions failed "
@@ -182,7 +188,7 @@ class RunDirGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-        check_run_dir(Path(str(config.hydra.run.dir)), task_cfg)
+        check_run_dir(Path(str(config.hydra.run.dir)), task_cfg, _resumes_itself(task_cfg))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -1,9 +1,12 @@
-"""Opening the on-disk caches (LLM replies, embeddings): SQLite in WAL mode, safe across processes."""
+"""SQLite as the package uses it (the LLM and embedding caches, the agent's store): files in WAL mode, safe
+across processes, and one way to write a transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -28,6 +31,38 @@ def connect(path: Path, timeout_s: float, schema: str, thread_safe: bool = False
     conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent after a process is killed
     conn.execute(schema)
     return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+    """`begin` ... COMMIT on an autocommit connection, or ROLLBACK on any error (a failed COMMIT too).
+
+    `BEGIN IMMEDIATE` takes the write lock up front, waiting for it up to the busy timeout: a transaction
+    that starts reading and later writes could deadlock on the lock upgrade with another writer. A
+    transaction that only reads passes `begin="BEGIN"`, for one snapshot of several statements."""
+    conn.execute(begin)
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # a COMMIT that SQLite failed may have rolled back already
+            conn.execute("ROLLBACK")
+        raise
+
+
+def truncate_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Move the WAL into the file and cut it to zero bytes, so that it keeps no copy of deleted pages;
+    another process reading the file can hold the checkpoint back for a moment, so wait for it (TimeoutError
+    after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            file = conn.execute("PRAGMA database_list").fetchone()[2]
+            raise TimeoutError(f"{file}: could not truncate the WAL within {timeout_s:g}s")
+        time.sleep(0.05)
 
 
 def tables_of(path: Path) -> set[str]:

@@ -34,6 +34,9 @@ METHOD_COUNTS = {
 
 
 class ConfigError(ValueError):
+    """lazymem's one error for a bad config value, the job's and the agent's settings alike: every problem
+    found, each naming the key, the value and what is allowed (``problems``)."""
+
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))

@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "  - $VENV is missing: make setup (scripts/setup_env.sh)"
   exit 1
 fi
-if ! err=$("$VENV/bin/python" -c "import lazymem.run" 2>&1); then
+if ! err=$("$VENV/bin/python" -c "import lazymem.runner" 2>&1); then
   echo "doctor found problems; fixes:"
   echo "  - $VENV is broken ($(tail -n 1 <<<"$err")): rm -rf $VENV && make setup"
   exit 1

@@ -24,17 +24,39 @@ torch_index() {
   fi
 }
 
-# torch_venv DIR: a venv at DIR (Python $PY) with pip upgraded and the CPU torch installed FIRST, then
+# torch_venv DIR [BUILD]: a venv at DIR (Python $PY) with pip upgraded and torch installed FIRST, then
 # pinned for every later install through DIR/torch-constraint.txt: a package that asks for torch would
-# otherwise make pip resolve a multi-GB CUDA build.
+# otherwise make pip resolve a multi-GB CUDA build. BUILD cpu (default): torch==$TORCH+cpu, as above;
+# cuda: PyPI's torch==$TORCH, its CUDA build (several GB; from $TORCH_INDEX when set), for a GPU node.
 torch_venv() {
+  local build=${2:-cpu} spec index
   "$PY" -m venv "$1"
   "$1/bin/python" -m pip install -q --upgrade "pip>=24" wheel
-  local index
-  index=$(torch_index "$1/bin/python")
-  [ -z "$index" ] || echo "torch $TORCH+cpu from $index"
-  "$1/bin/python" -m pip install -q "torch==$TORCH+cpu" ${index:+--index-url "$index"}
-  echo "torch==$TORCH+cpu" > "$1/torch-constraint.txt"
+  if [ "$build" = cuda ]; then
+    spec="torch==$TORCH"
+    index=${TORCH_INDEX:-}
+  else
+    spec="torch==$TORCH+cpu"
+    index=$(torch_index "$1/bin/python")
+  fi
+  [ -z "$index" ] || echo "${spec/==/ } from $index"
+  "$1/bin/python" -m pip install -q "$spec" ${index:+--index-url "$index"}
+  echo "$spec" > "$1/torch-constraint.txt"
+}
+
+# torch_build MARKER: the torch build a set-up installs: $LAZYMEM_TORCH (cpu or cuda) when set, else the one
+# the environment was last built with (MARKER, a torch-constraint.txt: a plain `make run` on a GPU node keeps
+# CUDA), else cpu. Exits with a clear error on any other value.
+torch_build() {
+  local build=${LAZYMEM_TORCH:-}
+  if [ -z "$build" ]; then
+    build=cpu
+    [ -f "$1" ] && ! grep -q "+cpu" "$1" && build=cuda
+  fi
+  case "$build" in
+    cpu | cuda) echo "$build" ;;
+    *) echo "LAZYMEM_TORCH=$build: use cpu or cuda" >&2; return 2 ;;
+  esac
 }
 
 # cached DIR BUILD_FUNCTION: run BUILD_FUNCTION DIR once, under a lock, unless DIR is already complete.

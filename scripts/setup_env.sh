@@ -6,6 +6,8 @@
 # 2. .venv itself: a thin venv that sees layer 1 through a .pth file and holds only lazymem, installed
 #    editable from this checkout, so it always imports the tree under test.
 # Order matters in layer 1: the CPU torch wheel goes in FIRST, otherwise pip resolves a multi-GB CUDA build.
+# On a GPU node, LAZYMEM_TORCH=cuda puts PyPI's CUDA build there instead (retrieval=paper_gpu's encoder and
+# reranker run in this Python); the choice sticks to .venv until LAZYMEM_TORCH says otherwise.
 #
 # llama.cpp (llama-cpp-python, an sdist) is built for a CPU baseline, never for the building machine
 # (-march=native made a wheel that segfaulted on another CPU): LLAMA_CPU=avx2 (default: any x86-64 with
@@ -19,6 +21,7 @@ VENV=${VENV:-.venv}
 EXTRAS=${LAZYMEM_EXTRAS:-serve-cpu,rl,rerank,slurm,mem0,dev}
 TORCH=${TORCH_VERSION:-2.13.0}
 source scripts/env_cache.sh
+TORCH_BUILD=$(torch_build "$(cut -d' ' -f1 "$VENV/.lazymem-deps" 2>/dev/null)/torch-constraint.txt")
 
 case "${LLAMA_CPU:-avx2}" in
   avx2) flags="-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF" ;;
@@ -55,11 +58,11 @@ if [ -n "$llama_req" ]; then
   find_links=(--find-links "$wheels" --only-binary llama-cpp-python)
 fi
 
-key=$( { echo "$requirements"; echo "torch==$TORCH"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_env.sh; } | key_of)
+key=$( { echo "$requirements"; echo "torch==$TORCH $TORCH_BUILD"; echo "$LLAMA_FLAGS"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_env.sh; } | key_of)
 DEPS="$ENV_CACHE/core-$key"
 build_deps() {
   echo "building the dependencies' environment $1 (minutes, once per machine)"
-  torch_venv "$1"
+  torch_venv "$1" "$TORCH_BUILD"
   # setuptools: .venv installs lazymem from the checkout without build isolation
   "$1/bin/python" -m pip install -q -c "$1/torch-constraint.txt" "setuptools>=69" "${find_links[@]}" \
     -r <(echo "$requirements")

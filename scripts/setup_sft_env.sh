@@ -5,6 +5,8 @@
 # .venv-sft is a link to it.
 # Why its own env: LLaMA-Factory 0.9.5 caps transformers (<=5.6), datasets (<=4.0) and trl (<=0.24),
 # which the main env (VERL, sentence-transformers) cannot share.
+# On a GPU node, LAZYMEM_TORCH=cuda builds it on PyPI's CUDA torch (train_sft's GPUs); the choice sticks to
+# .venv-sft until LAZYMEM_TORCH says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -16,7 +18,7 @@ source scripts/env_cache.sh
 
 build_sft() {
   echo "building LLaMA-Factory's environment $1 (minutes, once per machine)"
-  torch_venv "$1"
+  torch_venv "$1" "$TORCH_BUILD"
   local pip=("$1/bin/python" -m pip install -q) constraint="$1/torch-constraint.txt"
   # wandb: sft.yaml reports to W&B (report_to: wandb), into the project of the run that launched it.
   "${pip[@]}" -c "$constraint" "llamafactory==$LLAMAFACTORY" wandb
@@ -42,7 +44,8 @@ PYEOF
   "$1/bin/llamafactory-cli" version >/dev/null
 }
 
-key=$( { echo "torch==$TORCH llamafactory==$LLAMAFACTORY"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_sft_env.sh; } | key_of)
+TORCH_BUILD=$(torch_build "$VENV/torch-constraint.txt")
+key=$( { echo "torch==$TORCH $TORCH_BUILD llamafactory==$LLAMAFACTORY"; "$PY" -V; grep -hv "^[[:space:]]*#" scripts/env_cache.sh scripts/setup_sft_env.sh; } | key_of)
 SFT="$ENV_CACHE/sft-$key"
 cached "$SFT" build_sft
 if [ "$(readlink "$VENV" 2>/dev/null)" != "$SFT" ]; then

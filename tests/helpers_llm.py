@@ -63,7 +63,8 @@ PARENT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from lazymem.llm.servers import ManagedServer, LlamaCppServer
+    from lazymem.llm.managed_server import ManagedServer
+    from lazymem.llm.llamacpp_server import LlamaCppServer
     from lazymem.llm.models import resolve_model
     if sys.argv[1] == "llama":
         s = LlamaCppServer(resolve_model("bundled:smollm2-135m"), "smol", {logs!r}, n_threads=1).start()
@@ -143,6 +144,6 @@ def paper_model_dirs(root: Path, monkeypatch) -> dict[str, Path]:
 
 def gpus(n: int, gib: float = 80.0, free: float | None = None) -> list:
     """A fake inventory of `n` GPUs of `gib` GiB each, `free` GiB free (default: all)."""
-    from lazymem.placement import Gpu
+    from lazymem.gpu.inventory import Gpu
 
     return [Gpu(i, gib, gib if free is None else free) for i in range(n)]

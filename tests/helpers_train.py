@@ -67,6 +67,9 @@ def write_sft_dir(out: Path, model: str, n_questions: int = 6, n_val: int = 0) -
     return out
 
 
+# parameters Qwen3-4B's config.json makes (model_memory.param_count): the checkpoints' disk-space tests
+QWEN3_4B = 4_022_272_000
+
 GRPO = CONF_DIR / "train" / "grpo" / "verl.yaml"
 GRPO_COMMON = CONF_DIR / "train" / "grpo" / "_common.yaml"
 GRPO_TRL = CONF_DIR / "train" / "grpo" / "trl.yaml"
@@ -133,7 +136,7 @@ def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0, both_ops: boo
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lazymem.train.rl_rows import rl_row
+    from lazymem.train.grpo.rl_rows import rl_row
 
     script = Path(__file__).parents[1] / "scripts" / "tiny_qwen3.py"
     subprocess.run([sys.executable, str(script), str(out / "base"), "--hidden", "64"], check=True)
@@ -174,11 +177,11 @@ def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0, both_ops: boo
 
 
 def trl_train(data: Path, model: Path, checkpoint_dir: Path, **changes) -> Path:
-    """GRPO on TRL in this process, as task=train_grpo's subprocess runs it (trl_engine.trl_config, then
-    trl_grpo.train), on a tiny CPU setting: 2 prompts x 8 rollouts per batch, one prompt per optimiser step,
+    """GRPO on TRL in this process, as task=train_grpo's subprocess runs it (trl/config.trl_config, then
+    trl/run.train), on a tiny CPU setting: 2 prompts x 8 rollouts per batch, one prompt per optimiser step,
     fp32, full fine-tune, no weight decay, no curriculum. Returns the checkpoint directory."""
-    from lazymem.train import trl_grpo
-    from lazymem.train.trl_engine import trl_config
+    from lazymem.train.grpo.trl import run
+    from lazymem.train.grpo.trl.config import trl_config
 
     settings = {
         "rl_data_dir": str(data), "model": str(model), "checkpoint_dir": str(checkpoint_dir),
@@ -190,8 +193,22 @@ def trl_train(data: Path, model: Path, checkpoint_dir: Path, **changes) -> Path:
     }  # fmt: skip
     g = grpo_cfg(data, engine=GRPO_TRL, **{**settings, **changes})
     g["lora"]["enabled"] = False
-    trl_grpo.train(trl_config(g, reward_cfg(data)))
+    run.train(trl_config(g, reward_cfg(data)))
     return Path(checkpoint_dir)
+
+
+def rollout(kept: list[str], lam: float = 0.5) -> dict:
+    """Our reward's dict for a rollout that keeps every message of its window, with these texts (an empty
+    list: an invalid output)."""
+    from lazymem.train.grpo.reward import compute_score
+    from lazymem.train.grpo.rl_rows import ground_truth_json
+
+    msgs = [{"role": "user", "content": f"m{i}", "timestamp": "2023/05/01"} for i in range(max(len(kept), 1))]
+    gt = ground_truth_json(
+        query="q?", query_time="2023/06/01", messages=msgs, gold=[True] * len(msgs), answer="a"
+    )
+    items = [{"op": "KEEP", "compressed_content": c, "reason": "r"} for c in kept]
+    return compute_score("lazymem", json.dumps(items) if kept else "[", gt, lam=lam)
 
 
 def sampled_reward(model: Path, rows: Path, n: int = 32, seed: int = 123) -> list[float]:
@@ -201,7 +218,7 @@ def sampled_reward(model: Path, rows: Path, n: int = 32, seed: int = 123) -> lis
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lazymem.train.reward import compute_score
+    from lazymem.train.grpo.reward import compute_score
 
     tok, policy = AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model)
     torch.manual_seed(seed)

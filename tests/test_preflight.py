@@ -1,7 +1,7 @@
 """preflight.py: the roles a job checks, every problem collected with its fix (each role's backend, the
 retrieval's hooks, benchmark files, the GPU and its plan) and the one message that stops the job before any
-work. The plans' own arithmetic is tests/test_placement.py's; no GPU, no model download: the model
-directories hold only the real architectures' config.json."""
+work. The plans' own arithmetic is tested in tests/gpu/; no GPU, no model download: the model directories
+hold only the real architectures' config.json."""
 
 from __future__ import annotations
 
@@ -352,7 +352,8 @@ def test_on_a_gpu_node_the_retrievals_models_need_a_torch_here_that_reaches_the_
     monkeypatch.setattr(preflight, "cuda_torch_problem", cuda_torch_problem)
     found = [p for p in problems(cfg, methods, {}) if "a CPU build" in p]
     assert len(found) == 1 and found[0].startswith(f"{sys.executable} (runs retrieval.")
-    assert f"has torch {torch.__version__}, a CPU build: install PyPI's torch==" in found[0]
+    fix = "LAZYMEM_TORCH=cuda bash scripts/setup_env.sh"
+    assert f"has torch {torch.__version__}, a CPU build: {fix}" in found[0]
     cfg = config("+experiment=coverage_locomo")
     with pytest.raises(PreflightError, match="a CPU build"):
         require_placement(cfg, [])

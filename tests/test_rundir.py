@@ -42,6 +42,10 @@ def test_an_earlier_run_is_refused_without_resume_and_checked_with_it(tmp_path):
     with pytest.raises(RunDirError, match=r"(?s)resume=true refused.*  - w: 2 -> 0"):
         check_run_dir(tmp_path, cfg(resume=True, w=0))
     check_run_dir(tmp_path, cfg(resume=True, llm={"common": {"concurrency": 8}}))
+    # a task that resumes itself (task=chain: per stage) takes any config; a run without resume, never
+    check_run_dir(tmp_path, cfg(resume=True, w=0), resumes_itself=True)
+    with pytest.raises(RunDirError, match="already holds a run"):
+        check_run_dir(tmp_path, cfg(w=0), resumes_itself=True)
 
 
 def test_status_follows_the_records():

@@ -1,5 +1,6 @@
-"""lazymem.sqlite: connect's WAL mode, busy timeout and schema; tables_of reading without writing; summarize
-per model; prune's dry run, deletion and model glob."""
+"""lazymem.sqlite: connect's WAL mode, busy timeout and schema; a transaction committed or rolled back; the
+WAL truncated, waiting for a reader; tables_of reading without writing; summarize per model; prune's dry
+run, deletion and model glob."""
 
 from __future__ import annotations
 
@@ -108,6 +109,44 @@ def test_connect_gives_up_on_a_lock_held_past_the_timeout(tmp_path):
 def test_connect_raises_a_broken_schema(tmp_path):
     with pytest.raises(sqlite3.OperationalError, match="syntax error"):
         sqlite.connect(tmp_path / "cache.sqlite", 1.0, "CREATE TABLE (")
+
+
+def test_a_transaction_commits_or_rolls_back_whole(cache):
+    with sqlite.transaction(cache) as conn:
+        assert conn is cache and cache.in_transaction
+        cache.execute("DELETE FROM replies WHERE key = 'a'")
+    assert not cache.in_transaction and "a" not in [k for (k,) in cache.execute("SELECT key FROM replies")]
+    with pytest.raises(KeyError), sqlite.transaction(cache):
+        cache.execute("DELETE FROM replies")
+        raise KeyError("halfway")
+    assert not cache.in_transaction and len(models_left(cache)) == 4  # nothing of it stayed
+
+
+def test_a_write_transaction_takes_the_lock_up_front_and_a_read_one_does_not(tmp_path, cache):
+    other = sqlite.connect(tmp_path / "llm.sqlite", 0.1, SCHEMA)
+    with sqlite.transaction(cache):
+        with pytest.raises(sqlite3.OperationalError, match="locked"), sqlite.transaction(other):
+            pass  # BEGIN IMMEDIATE waits for the write lock (0.1 s here), then fails
+        assert not other.in_transaction
+        with sqlite.transaction(other, "BEGIN") as conn:  # a reader beside the writer
+            assert len(conn.execute("SELECT * FROM replies").fetchall()) == 5
+    other.close()
+
+
+def test_truncate_wal_empties_it_and_waits_for_a_reader(tmp_path, cache):
+    wal = tmp_path / "llm.sqlite-wal"
+    reader = sqlite3.connect(tmp_path / "llm.sqlite", isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM replies").fetchone()  # holds its snapshot of the WAL
+    cache.execute("DELETE FROM replies")
+    with pytest.raises(TimeoutError, match=r"llm.sqlite: could not truncate the WAL within 0.2s"):
+        sqlite.truncate_wal(cache, 0.2)
+    release = threading.Timer(0.3, lambda: reader.execute("COMMIT"))
+    release.start()
+    sqlite.truncate_wal(cache, 10.0)
+    release.join()
+    assert wal.stat().st_size == 0
+    reader.close()
 
 
 def test_tables_of_lists_the_tables(tmp_path, cache):

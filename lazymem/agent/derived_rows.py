@@ -10,11 +10,9 @@ the forget's or the purge's transaction.
 
 from __future__ import annotations
 
-import itertools
 import json
-import operator
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +23,8 @@ from lazymem.agent import vector_blocks
 from lazymem.agent.user_retrieval import LocalUserStorage
 from lazymem.llm.cache import canonical_json
 
-EMBEDDING, LLM_REPLY = "embedding", "llm"
+# The kind of the `derived` rows: the memory model's replies
+LLM_REPLY = "llm"
 
 
 class DerivedRows:
@@ -150,68 +149,11 @@ class RowsUserStorage(LocalUserStorage):
     rows: DerivedRows | None = None
 
     def embedding_cache(self) -> vector_blocks.BlockEmbeddingCache:
-        """The user's vectors in their "vectors" blocks, after moving any the user still has as `derived`
-        rows (a database from before the blocks) into them."""
-        move_legacy_vectors(self.rows)
+        """The user's vectors, in their "vectors" blocks."""
         return vector_blocks.BlockEmbeddingCache(self.blocks())
 
     def blocks(self) -> RowsBlocks:
         return RowsBlocks(self.rows)
-
-
-def move_legacy_vectors(rows: DerivedRows, block_size: int = vector_blocks.BLOCK_SIZE) -> int | None:
-    """Moves the user's vectors stored one per `derived` row (kind 'embedding': a database from before the
-    blocks) into "vectors" blocks after each model's last block, and deletes those rows, in one
-    transaction that holds the user's generation row for update: no other write of the user's derived
-    data, and no forget, runs beside it, and a second replica moving the same user waits, then finds
-    nothing left. Nothing to move costs one indexed query. The rows are read one block's worth at a time
-    (a server-side cursor). Returns how many vectors moved; None when the user's generation moved on
-    (nothing moved; the rows stay for the next opening)."""
-    where = "tenant = %s AND user_id = %s AND kind = %s"
-    owner = (rows.tenant, rows.user, EMBEDDING)
-    moved = 0
-    with rows.connection() as conn:
-        if conn.execute(f"SELECT 1 FROM derived WHERE {where} LIMIT 1", owner).fetchone() is None:
-            return 0
-        if not rows.current(conn, alone=True):
-            return None
-        with conn.cursor(name="legacy_vectors", binary=True) as cur:
-            cur.itersize = block_size
-            cur.execute(f"SELECT model, key, value FROM derived WHERE {where} ORDER BY model, key", owner)
-            for model, group in itertools.groupby(cur, key=operator.itemgetter(0)):
-                moved += _append_legacy(
-                    conn, rows, model, ((key, value) for _, key, value in group), block_size
-                )
-        conn.execute(f"DELETE FROM derived WHERE {where}", owner)  # those read: no one wrote since
-    return moved
-
-
-def _append_legacy(
-    conn: Connection, rows: DerivedRows, model: str, items: Iterator[tuple[str, bytes]], block_size: int
-) -> int:
-    """Stores one model's legacy (key, float32 bytes) rows as blocks after its last one (of the width of
-    the blocks already there, else of its first row); how many vectors it stored. Rows of another width
-    are left out, to be embedded again."""
-    owner = (rows.tenant, rows.user, vector_blocks.KIND, model)
-    where = "tenant = %s AND user_id = %s AND kind = %s AND name = %s"
-    last = conn.execute(
-        f"SELECT block, data FROM blocks WHERE {where} ORDER BY block DESC LIMIT 1", owner, binary=True
-    ).fetchone()
-    number = -1 if last is None else last[0]
-    width = None if last is None else vector_blocks.decode(last[1])[1].shape[1]
-    stored = 0
-    while chunk := list(itertools.islice(items, block_size)):
-        if width is None:
-            width = next((len(v) // 4 for _, v in chunk if v and len(v) % 4 == 0), None)
-        for data in vector_blocks.legacy_blocks(chunk, block_size, width, model).values():
-            number += 1
-            stored += vector_blocks.decode(data)[1].shape[0]
-            conn.execute(
-                "INSERT INTO blocks (tenant, user_id, kind, name, block, data) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                (*owner, number, data),
-            )
-    return stored
 
 
 class RowsLLMCache:
@@ -245,25 +187,14 @@ def drop_derived(
 ) -> None:
     """In a deletion's transaction (the user's generation row locked): delete what was derived from the
     deleted messages. `vectors`: their vector keys by model identity; the user's other vectors of those
-    models are kept (the `derived` rows of the other keys, the "vectors" blocks rewritten without the
-    deleted keys), and everything else derived goes. None: everything derived goes."""
+    models are kept (the "vectors" blocks rewritten without the deleted keys), and everything else derived
+    goes (the memory model's replies may quote any message). None: everything derived goes."""
     owner = (tenant, user)
+    conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", owner)
     if vectors is None:
-        conn.execute("DELETE FROM derived WHERE tenant = %s AND user_id = %s", owner)
         conn.execute("DELETE FROM blocks WHERE tenant = %s AND user_id = %s", owner)
         return
     models = sorted(vectors)
-    conn.execute(
-        "DELETE FROM derived WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND model = ANY(%s))",
-        (*owner, EMBEDDING, models),
-    )
-    pairs = [(model, key) for model in models for key in vectors[model]]
-    conn.execute(
-        "DELETE FROM derived d USING unnest(%s::text[], %s::text[]) AS gone(model, key) "
-        "WHERE d.tenant = %s AND d.user_id = %s AND d.kind = %s AND d.model = gone.model "
-        "AND d.key = gone.key",
-        ([m for m, _ in pairs], [k for _, k in pairs], *owner, EMBEDDING),
-    )
     conn.execute(
         "DELETE FROM blocks WHERE tenant = %s AND user_id = %s AND NOT (kind = %s AND name = ANY(%s))",
         (*owner, vector_blocks.KIND, models),

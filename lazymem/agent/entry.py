@@ -5,7 +5,8 @@ The checks are the agent's settings (lazymem/agent/settings.py), `lazymem.valida
 the method, retrieval and LLM keys) and preflight's model checks (lazymem.preflight.role_problems) for the
 LLM roles the configured method calls, and for its retriever when it uses one. Only those roles: preflight
 probes a vLLM role's build, which takes about 20 s, and `method=rag` calls no LLM at all. Whatever is
-wrong is one ConfigError of one line, each problem naming its key (several are joined with "; ").
+wrong is one ConfigError (lazymem.validate's), each of its problems one line naming its key; the commands
+print them on one line, joined with "; " (settings.one_line).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from lazymem.agent.settings import ConfigError, Settings, refuse_gone_overrides
+from lazymem.agent.settings import STORE_KIND_GONE, Settings
+from lazymem.validate import ConfigError
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
@@ -39,9 +41,17 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
             return hydra_compose("config", overrides=overrides)
     except MissingConfigException as e:
         options = f"; choose one of {', '.join(e.options)}" if e.options else ""
-        raise ConfigError(f"no config {e.missing_cfg_file!r}{options}") from None
+        raise ConfigError([f"no config {e.missing_cfg_file!r}{options}"]) from None
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_one_line(str(e))) from None
+        raise ConfigError([_one_line(str(e))]) from None
+
+
+def refuse_gone_overrides(overrides: Sequence[str]) -> None:
+    """Refuse, before composing, an override of a key that no longer exists and has a new form (Hydra's
+    own error would only say that the key is not in the config)."""
+    for override in overrides:
+        if override.lstrip("+~").split("=", 1)[0] == "agent.store.kind":
+            raise ConfigError([STORE_KIND_GONE])
 
 
 def problems(cfg: DictConfig) -> list[str]:
@@ -63,7 +73,7 @@ def check(cfg: DictConfig) -> Settings:
     settings = Settings.from_cfg(cfg)
     found = problems(cfg)
     if found:
-        raise ConfigError("; ".join(_one_line(p) for p in found))
+        raise ConfigError([_one_line(p) for p in found])
     return settings
 
 

@@ -55,24 +55,18 @@ class LocalBlocks:
         """In one transaction: a None value deletes its block, `replace` deletes every block not given.
         Always True: nothing here is bound to a generation."""
         owner = (*_OWNER, kind, name)
-        with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if replace:
-                    conn.execute(f"DELETE FROM blocks WHERE {_WHERE}", owner)
-                conn.executemany(
-                    f"DELETE FROM blocks WHERE {_WHERE} AND block = ?",
-                    [(*owner, n) for n, data in blocks.items() if data is None],
-                )
-                conn.executemany(
-                    "INSERT OR REPLACE INTO blocks (tenant, user_id, kind, name, block, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(*owner, n, data) for n, data in blocks.items() if data is not None],
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._connection() as conn, sqlite.transaction(conn):
+            if replace:
+                conn.execute(f"DELETE FROM blocks WHERE {_WHERE}", owner)
+            conn.executemany(
+                f"DELETE FROM blocks WHERE {_WHERE} AND block = ?",
+                [(*owner, n) for n, data in blocks.items() if data is None],
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO blocks (tenant, user_id, kind, name, block, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(*owner, n, data) for n, data in blocks.items() if data is not None],
+            )
         return True
 
     def last(self, kind: str, name: str) -> tuple[int, int] | None:

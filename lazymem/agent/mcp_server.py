@@ -54,8 +54,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lazymem.agent.entry import load
 from lazymem.agent.errors import AgentError, BadInput
 from lazymem.agent.memory import Memory
-from lazymem.agent.settings import ConfigError
+from lazymem.agent.settings import one_line
 from lazymem.agent.telemetry_mcp import trace_tool_calls
+from lazymem.validate import ConfigError
 
 logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -103,11 +104,49 @@ class ForgetAllArguments(_Arguments):
 
 
 @dataclass(frozen=True)
+class _Session:
+    """What a server's tools act on: its memory, its tenant, and the user of a call that names none."""
+
+    memory: Memory
+    tenant: str
+    default_user: str
+
+    def user(self, arguments: Any) -> str:
+        return self.default_user if arguments.user_id is None else arguments.user_id
+
+
+async def remember(s: _Session, a: RememberArguments) -> dict[str, Any]:
+    """Store one message verbatim (role: who said it; time: when, as text, default now); its id. With an
+    idempotency_key, a retry stores nothing new and returns the same ids."""
+    message = {"role": a.role, "text": a.text, "time": a.time, "session_id": a.session_id}
+    ids = await s.memory.aadd(s.user(a), [message], tenant=s.tenant, idempotency_key=a.idempotency_key)
+    return {"ids": ids}
+
+
+async def recall(s: _Session, a: RecallArguments) -> dict[str, Any]:
+    """The memory relevant to `question` (asked at `now`, default the current time): the memory block,
+    and the kept messages with their ids (for forget)."""
+    found = await s.memory.aquery(s.user(a), a.question, a.now, tenant=s.tenant)
+    return {"memory": found.text, "messages": found.messages, "tokens": found.tokens}
+
+
+async def forget(s: _Session, a: ForgetArguments) -> dict[str, Any]:
+    """Delete the given memories by id, for good; how many. An id the user does not have deletes nothing
+    (unknown_messages). To delete every memory of the user, call forget_all."""
+    return {"deleted": await s.memory.aforget(s.user(a), a.message_ids, tenant=s.tenant)}
+
+
+async def forget_all(s: _Session, a: ForgetAllArguments) -> dict[str, Any]:
+    """Delete every memory of the user, for good; how many."""
+    return {"deleted": await s.memory.aforget_all(s.user(a), tenant=s.tenant)}
+
+
+@dataclass(frozen=True)
 class _Tool:
     """One tool: its arguments, what it does with them (its docstring is the tool's description) and its
     hints to the client."""
 
-    run: Callable[[Any], Awaitable[dict[str, Any]]]
+    run: Callable[[_Session, Any], Awaitable[dict[str, Any]]]
     arguments: type[_Arguments]
     annotations: ToolAnnotations
 
@@ -123,13 +162,13 @@ class _Tool:
             annotations=self.annotations,
         )
 
-    async def call(self, arguments: dict[str, Any]) -> CallToolResult:
+    async def call(self, session: _Session, arguments: dict[str, Any]) -> CallToolResult:
         try:
             valid = self.arguments.model_validate(arguments)
         except ValidationError as e:
             return _error(_refused(self.name, self.arguments, e))
         try:
-            result = await self.run(valid)
+            result = await self.run(session, valid)
         except AgentError as e:
             return _error(e)
         except Exception:  # a bug: its text may hold anything, so it stays in the server's log
@@ -140,58 +179,38 @@ class _Tool:
         )
 
 
-def build_server(memory: Memory, tenant: str, default_user: str) -> Server:
-    def user(arguments: Any) -> str:
-        return default_user if arguments.user_id is None else arguments.user_id
-
-    async def remember(a: RememberArguments) -> dict[str, Any]:
-        """Store one message verbatim (role: who said it; time: when, as text, default now); its id. With an
-        idempotency_key, a retry stores nothing new and returns the same ids."""
-        message = {"role": a.role, "text": a.text, "time": a.time, "session_id": a.session_id}
-        ids = await memory.aadd(user(a), [message], tenant=tenant, idempotency_key=a.idempotency_key)
-        return {"ids": ids}
-
-    async def recall(a: RecallArguments) -> dict[str, Any]:
-        """The memory relevant to `question` (asked at `now`, default the current time): the memory block,
-        and the kept messages with their ids (for forget)."""
-        found = await memory.aquery(user(a), a.question, a.now, tenant=tenant)
-        return {"memory": found.text, "messages": found.messages, "tokens": found.tokens}
-
-    async def forget(a: ForgetArguments) -> dict[str, Any]:
-        """Delete the given memories by id, for good; how many. An id the user does not have deletes nothing
-        (unknown_messages). To delete every memory of the user, call forget_all."""
-        return {"deleted": await memory.aforget(user(a), a.message_ids, tenant=tenant)}
-
-    async def forget_all(a: ForgetAllArguments) -> dict[str, Any]:
-        """Delete every memory of the user, for good; how many."""
-        return {"deleted": await memory.aforget_all(user(a), tenant=tenant)}
-
-    # open_world_hint False: the tools touch this memory only. Deleting is idempotent: a second call deletes
-    # nothing more (it is refused: unknown_messages, unknown_user).
-    adds = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    deletes = ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+# open_world_hint False: the tools touch this memory only. Deleting is idempotent: a second call deletes
+# nothing more (it is refused: unknown_messages, unknown_user).
+_ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_DELETES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+TOOLS = {
+    tool.name: tool
+    for tool in (
+        _Tool(remember, RememberArguments, _ADDS),
+        _Tool(recall, RecallArguments, _READS),
+        _Tool(forget, ForgetArguments, _DELETES),
+        _Tool(forget_all, ForgetAllArguments, _DELETES),
     )
-    tools = {
-        tool.name: tool
-        for tool in (
-            _Tool(remember, RememberArguments, adds),
-            _Tool(recall, RecallArguments, reads),
-            _Tool(forget, ForgetArguments, deletes),
-            _Tool(forget_all, ForgetAllArguments, deletes),
-        )
-    }
-    listing = ListToolsResult(tools=[tool.listing() for tool in tools.values()])
+}
+
+
+def build_server(memory: Memory, tenant: str, default_user: str) -> Server:
+    """The MCP server of `TOOLS` on `memory`, for `tenant`; a call without `user_id` acts on
+    `default_user`."""
+    session = _Session(memory, tenant, default_user)
+    listing = ListToolsResult(tools=[tool.listing() for tool in TOOLS.values()])
 
     async def list_tools(ctx: ServerRequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
         return listing
 
     async def call_tool(ctx: ServerRequestContext, params: CallToolRequestParams) -> CallToolResult:
-        tool = tools.get(params.name)
+        tool = TOOLS.get(params.name)
         if tool is None:  # a protocol error, as the MCP spec's tools page has it
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}; the tools are {', '.join(tools)}")
-        return await tool.call(params.arguments or {})
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}; the tools are {', '.join(TOOLS)}")
+        return await tool.call(session, params.arguments or {})
 
     return Server(
         "lazymem",
@@ -201,7 +220,7 @@ def build_server(memory: Memory, tenant: str, default_user: str) -> Server:
             "good, forget_all every memory of the user."
         ),
         on_list_tools=list_tools,
-        on_call_tool=trace_tool_calls(memory.telemetry, call_tool, tools),
+        on_call_tool=trace_tool_calls(memory.telemetry, call_tool, TOOLS),
     )
 
 
@@ -331,7 +350,7 @@ def main(overrides: Sequence[str]) -> int:
     try:
         cfg, settings = load(overrides)
     except ConfigError as e:
-        raise SystemExit(f"lazymem mcp: {e}") from None
+        raise SystemExit(f"lazymem mcp: {one_line(e)}") from None
     memory = Memory.from_cfg(cfg, settings)
     _guard_stdin()
     try:

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from lazymem.agent.config_block import finite
 from lazymem.agent.errors import BadInput
 from lazymem.agent.forgetting import Forgetting
 from lazymem.agent.indexing import Indexing
@@ -39,7 +40,7 @@ from lazymem.agent.querying import Querying
 from lazymem.agent.recall import Recall
 from lazymem.agent.reembedding import Reembedding
 from lazymem.agent.runtime import Runtime, utc_now
-from lazymem.agent.settings import Settings, finite
+from lazymem.agent.settings import Settings
 from lazymem.agent.store import Derived, Idempotency, Readiness, Store, open_store
 from lazymem.agent.telemetry import (
     CREATE_MEMORY,

@@ -25,8 +25,10 @@ from psycopg import Connection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from lazymem.agent.config_block import show
 from lazymem.agent.errors import StoreUnavailable
 from lazymem.agent.postgres_watch import GRACE_S, PROBE_S, Watch, first_line
+from lazymem.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,30 @@ class Pool:
     def _reason(self, what: str) -> str:
         reason = f"{self.where}: {what}"
         return reason.replace(self._password, "***") if self._password else reason
+
+
+def unbounded_work(conn: Connection, wait_s: float) -> None:
+    """For the rest of `conn`'s transaction (a `connection(unbounded=True)`): no statement timeout, but a
+    wait for another transaction's lock still ends after `wait_s`."""
+    conn.execute(
+        "SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', %s, true)",
+        (f"{round(wait_s * 1000)}ms",),
+    )
+
+
+def check_dsn(dsn: Any, key: str) -> None:
+    """A connection string that parses, as the pool will parse it (ConfigError naming `key`); never quoted
+    back, as it may hold a password."""
+    expected = f"{key}: expected a PostgreSQL connection string such as postgresql://USER@HOST:PORT/DB"
+    if not isinstance(dsn, str) or not dsn.strip():
+        shown = show(dsn) if dsn is None or isinstance(dsn, str) else type(dsn).__name__  # blank or no text
+        raise ConfigError([f"{expected} (agent/store=postgres needs one), got {shown}"])
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise ConfigError(
+            [f"{expected}; this one does not parse (not shown: it may hold a password)"]
+        ) from None
 
 
 def unavailable(e: psycopg.OperationalError) -> bool:

@@ -5,10 +5,8 @@
 Everything a replica derives from a user's messages that outlives a query lives in this database too
 (tables `derived`: memory-model replies, and `blocks`: vector blocks, BM25 state;
 lazymem/agent/derived_rows.py), so every replica shares it and a forget deletes it in the same
-transaction as the messages. A database from before the blocks kept each vector as a `derived` row: they
-move into blocks when the user's vectors are first opened (`derived_rows.move_legacy_vectors`).
-What stays in a replica's memory (its indexes) is tagged with the user's generation and rebuilt when
-another replica changed it.
+transaction as the messages. What stays in a replica's memory (its indexes) is tagged with the user's
+generation and rebuilt when another replica changed it.
 
 Concurrency: a forget locks the user's `generations` row first; a write of derived data takes a share lock
 on it and is dropped if the generation moved, so nothing derived from forgotten text is written after the
@@ -25,28 +23,29 @@ Faults (lazymem/agent/postgres_pool.py): a call the database cannot serve in `wa
 StoreUnavailable. A deletion's own work (forget, purge) is not cut by the statement timeout, as its size
 is the user's or the tenant's: only its waits for locks are (lock_timeout), and the server's answering
 (lazymem/agent/postgres_watch.py); maintenance and migrations have no timeout. The schema and its
-migrations are lazymem/agent/schema.py's.
+migrations are lazymem/agent/schema.py's, and the statements both stores run alike
+lazymem/agent/store_sql.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from psycopg import Connection
 
+from lazymem.agent import store_sql
+from lazymem.agent.config_block import Block
 from lazymem.agent.derived_rows import DerivedRows, RowsLLMCache, RowsUserStorage, drop_derived
 from lazymem.agent.errors import IdempotencyConflict
 from lazymem.agent.postgres_maintenance import maintain
-from lazymem.agent.postgres_pool import Pool
+from lazymem.agent.postgres_pool import Pool, check_dsn, unbounded_work
 from lazymem.agent.schema import (
     INSERT_COLUMNS,
     MESSAGE_COLUMNS,
     POSTGRES,
-    VERSION,
     check_known,
-    recorded,
-    steps_after,
 )
 from lazymem.agent.store import (
     Added,
@@ -89,12 +88,28 @@ class PostgresStore:
         self.pool = Pool(dsn, pool_size, wait_s)
         # a pooled connection in a transaction (StoreUnavailable when the database does not serve in time)
         self.connection = self.pool.connection
-        try:
+        try:  # the schema, brought to this lazymem's version by one replica at a time
             with self.connection(unbounded=True) as conn:
-                migrate(conn)
+                # a step may rewrite a table: no statement timeout
+                conn.execute("SELECT set_config('statement_timeout', '0', true)")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                store_sql.migrate(conn, POSTGRES, "the database")
         except BaseException:
             self.pool.close()
             raise
+
+    @staticmethod
+    def check_keys(keys: Block) -> dict[str, Any]:
+        """`agent.store`'s values for this store, checked at start-up (lazymem/agent/settings.py)."""
+        dsn = keys.get("dsn")
+        check_dsn(dsn, keys.key("dsn"))
+        return {
+            "idempotency_ttl_s": keys.seconds("idempotency_ttl_s"),
+            "forgotten_ttl_s": keys.seconds("forgotten_ttl_s", nullable=True),
+            "dsn": dsn,
+            "pool_size": keys.integer("pool_size", 1),
+            "wait_s": keys.seconds("wait_s"),
+        }
 
     def add(
         self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
@@ -106,12 +121,7 @@ class PostgresStore:
                     return Added(earlier, 0, replayed=True)
             # Next: the tenant's id row stays locked until commit, so a concurrent add of the same sources
             # (two replicas resuming one import) reads them below instead of hitting the unique index.
-            (last,) = conn.execute(
-                "INSERT INTO tenant_ids (tenant, last_id) VALUES (%s, %s) ON CONFLICT (tenant) "
-                "DO UPDATE SET last_id = tenant_ids.last_id + EXCLUDED.last_id RETURNING last_id",
-                (tenant, len(messages)),
-            ).fetchone()
-            first = last - len(messages) + 1
+            first = store_sql.reserve_ids(conn, POSTGRES, tenant, len(messages))
             keys = [k for m in messages for k in m.keys]
             rows = (  # an alias is looked up as a source: an earlier import stored it as one
                 conn.execute(
@@ -194,24 +204,11 @@ class PostgresStore:
 
     def finish(self, claim: Claim) -> None:
         with self.connection() as conn:
-            conn.execute(
-                "DELETE FROM pending WHERE tenant = %s AND user_id = %s AND mark = %s",
-                (claim.tenant, claim.user, claim.mark),
-            )
-            conn.execute(  # added to since the claim: pending again (since then), for whoever comes next
-                "UPDATE pending SET claimed_until = 0, since = coalesce(claimed_at, since), "
-                "claimed_at = NULL WHERE tenant = %s AND user_id = %s",
-                (claim.tenant, claim.user),
-            )
+            store_sql.finish(conn, POSTGRES, claim)
 
     def users(self, after: tuple[str, str] | None = None, limit: int = 1000) -> list[tuple[str, str]]:
-        where, args = ("WHERE (tenant, user_id) > (%s, %s) ", after) if after is not None else ("", ())
         with self.connection() as conn:
-            rows = conn.execute(
-                f"SELECT tenant, user_id FROM generations {where}ORDER BY tenant, user_id LIMIT %s",
-                (*args, limit),
-            ).fetchall()
-        return [(tenant, user) for tenant, user in rows]
+            return store_sql.users(conn, POSTGRES, after, limit)
 
     def mark_pending(self, users: Sequence[tuple[str, str]]) -> int:
         """In (tenant, user) order, as every writer of `pending` locks one user: replicas marking the same
@@ -257,14 +254,10 @@ class PostgresStore:
         self, tenant: str, user: str, ids: Sequence[int] | None = None, vector_keys: VectorKeys | None = None
     ) -> int:
         with self.connection(unbounded=True) as conn:
-            self._unbounded_work(conn)
+            unbounded_work(conn, self.wait_s)  # a deletion's work grows with its size
             _lock_user(conn, tenant, user)
             if ids is None:
-                deleted = conn.execute(
-                    "DELETE FROM messages WHERE tenant = %s AND user_id = %s", (tenant, user)
-                ).rowcount
-                conn.execute("DELETE FROM idempotency WHERE tenant = %s AND user_id = %s", (tenant, user))
-                conn.execute("DELETE FROM forgotten WHERE tenant = %s AND user_id = %s", (tenant, user))
+                deleted = store_sql.delete_user(conn, POSTGRES, tenant, user)
                 _drop_derived(conn, tenant, user, None)
                 return deleted
             wanted = sorted(set(ids))
@@ -289,26 +282,13 @@ class PostgresStore:
         with self.connection(unbounded=True) as conn:
             if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_PURGE_LOCK,)).fetchone()[0]:
                 return None  # another replica is purging
-            self._unbounded_work(conn)
-            users = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT DISTINCT user_id FROM messages WHERE tenant = %s AND added < %s ORDER BY user_id",
-                    (tenant, before),
-                )
-            ]
-            for user in users:
+            unbounded_work(conn, self.wait_s)  # a deletion's work grows with its size
+            users = store_sql.users_before(conn, POSTGRES, tenant, before)
+            for user in users:  # in order, as every deletion locks them
                 _lock_user(conn, tenant, user)
             counts = {}
             for user in users:  # user by user: one user's deleted rows in memory at a time
-                gone = [
-                    StoredMessage(*row)
-                    for row in conn.execute(
-                        "DELETE FROM messages WHERE tenant = %s AND user_id = %s AND added < %s "
-                        f"RETURNING {MESSAGE_COLUMNS}",
-                        (tenant, user, before),
-                    ).fetchall()
-                ]
+                gone = store_sql.delete_before(conn, POSTGRES, tenant, user, before)
                 _leave_tombstones(conn, tenant, user, gone)
                 _drop_derived(conn, tenant, user, None if vector_keys is None else vector_keys(user, gone))
                 counts[user] = len(gone)
@@ -362,32 +342,6 @@ class PostgresStore:
                 )
             return ids
 
-    def _unbounded_work(self, conn: Connection) -> None:
-        """For this transaction: no statement timeout (a deletion's work grows with the messages it
-        deletes), but a wait for another transaction's lock still ends after wait_s."""
-        conn.execute(
-            "SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', %s, true)",
-            (f"{round(self.wait_s * 1000)}ms",),
-        )
-
-
-def migrate(conn: Connection) -> int:
-    """Bring the database to schema.VERSION, one replica at a time (the others wait on the advisory lock);
-    the version it had before (in the shared numbering)."""
-    conn.execute("SELECT set_config('statement_timeout', '0', true)")  # a step may rewrite a table
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    row = conn.execute("SELECT version FROM schema_version").fetchone()
-    before = 0 if row is None else recorded(row[0], POSTGRES)
-    for statement in steps_after(before, POSTGRES, "the database"):
-        conn.execute(statement)
-    if row is None:
-        conn.execute("INSERT INTO schema_version VALUES (%s)", (VERSION,))
-    else:
-        conn.execute("UPDATE schema_version SET version = %s", (VERSION,))
-    conn.commit()
-    return before
-
 
 def _forgotten(conn: Connection, tenant: str, user: str, messages: Sequence[NewMessage]) -> set[str]:
     """The tombstones among the digests that say one of `messages` was forgotten (store.tombstone_checks)."""
@@ -425,14 +379,9 @@ def _drop_derived(
     give the user a new generation (or none, when no message is left), and mark the tables for maintenance.
     `vectors`: the deleted messages' vector keys by model; the user's other vectors of those models are
     kept, and everything else derived is deleted. None: everything derived is deleted."""
-    left = conn.execute(
-        "SELECT 1 FROM messages WHERE tenant = %s AND user_id = %s LIMIT 1", (tenant, user)
-    ).fetchone()
-    drop_derived(conn, tenant, user, None if left is None else vectors)
-    if left is None:
-        conn.execute("DELETE FROM generations WHERE tenant = %s AND user_id = %s", (tenant, user))
-        conn.execute("DELETE FROM pending WHERE tenant = %s AND user_id = %s", (tenant, user))
-    else:
+    left = store_sql.settle(conn, POSTGRES, tenant, user)
+    drop_derived(conn, tenant, user, vectors if left else None)
+    if left:
         conn.execute(
             "UPDATE generations SET generation = nextval('generation_seq') "
             "WHERE tenant = %s AND user_id = %s",

@@ -10,8 +10,6 @@ Versions: 2 is the first schema both stores shared; 3 adds the adds' idempotency
 became pending and was claimed; 4 adds `blocks`, a user's derived data as numbered blobs; 5 gives every
 message a key (`source`: those added without one get a random key) and adds `forgotten`, the digests a
 deletion leaves of the keys it deleted (lazymem/agent/store.py), so that no import brings them back.
-SQLite counted them so already (its version 1 was a file from before per-tenant ids, which sqlite_store.py
-converts); PostgreSQL numbered the same schemas 1 and 2 before they were shared (`LEGACY_VERSIONS`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from lazymem.agent.store import StoredMessage
 
 @dataclass(frozen=True)
 class Dialect:
-    """How one database spells the schema's column types and the current unix time."""
+    """How one database spells the schema's column types, the current unix time and a query parameter."""
 
     name: str
     integer: str  # a 64-bit integer
@@ -33,14 +31,21 @@ class Dialect:
     blob: str  # bytes
     ids: str  # a list of message ids
     now: str  # an expression: the current unix time, in seconds
+    mark: str  # a query parameter's placeholder (lazymem/agent/store_sql.py)
 
     def words(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
 
 
-SQLITE = Dialect("sqlite", "INTEGER", "REAL", "BLOB", "TEXT", "((julianday('now') - 2440587.5) * 86400)")
+SQLITE = Dialect("sqlite", "INTEGER", "REAL", "BLOB", "TEXT", "((julianday('now') - 2440587.5) * 86400)", "?")
 POSTGRES = Dialect(
-    "postgres", "BIGINT", "DOUBLE PRECISION", "BYTEA", "BIGINT[]", "extract(epoch FROM clock_timestamp())"
+    "postgres",
+    "BIGINT",
+    "DOUBLE PRECISION",
+    "BYTEA",
+    "BIGINT[]",
+    "extract(epoch FROM clock_timestamp())",
+    "%s",
 )
 
 
@@ -100,8 +105,8 @@ STEPS = (
                 "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
                 "INSERT INTO counters (name, value) VALUES ('generation', 0)",
             ),
-            # derived data as rows (lazymem/agent/derived_rows.py; vectors: only in databases from before
-            # version 4, until they move into blocks), and whether deletions wait for maintenance
+            # the memory model's replies as rows (lazymem/agent/derived_rows.py), and whether deletions
+            # wait for maintenance
             "postgres": (
                 "CREATE SEQUENCE generation_seq",
                 "CREATE SEQUENCE pending_seq",
@@ -174,18 +179,11 @@ STEPS = (
     ),
 )
 VERSION = STEPS[-1].version
-# The version numbers PostgreSQL databases recorded before the schema was shared, and what they are now
-LEGACY_VERSIONS = {"postgres": {1: 2, 2: 3}}
 
 # A StoredMessage's columns in a SELECT or RETURNING list, in its fields' order
 MESSAGE_COLUMNS = ", ".join(f.name for f in fields(StoredMessage))
 # The columns an add writes, in this order
 INSERT_COLUMNS = "tenant, user_id, id, session_id, time, role, text, added, source"
-
-
-def recorded(version: int, dialect: Dialect) -> int:
-    """The shared version of a database that recorded `version` (its own numbering, if it predates it)."""
-    return LEGACY_VERSIONS.get(dialect.name, {}).get(version, version)
 
 
 def steps_after(version: int, dialect: Dialect, where: str) -> list[str]:

@@ -49,10 +49,11 @@ from lazymem.agent.errors import AgentError, BadInput, ModelFailed, StoreUnavail
 from lazymem.agent.memory import Memory
 from lazymem.agent.middleware import BodyLimit, ValidPath
 from lazymem.agent.routes import bounded, router
-from lazymem.agent.settings import ConfigError, Settings
+from lazymem.agent.settings import Settings, one_line
 from lazymem.agent.telemetry_http import FASTAPI_TELEMETRY_OFF, HttpTelemetry
 from lazymem.agent.tenants import Tenants
 from lazymem.construct.processor import StageError
+from lazymem.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def serve(overrides: Sequence[str]) -> int:
         cfg, settings = load(overrides)
         tenants = Tenants.from_settings(settings)
     except ConfigError as e:
-        raise SystemExit(f"lazymem serve: {e}") from None
+        raise SystemExit(f"lazymem serve: {one_line(e)}") from None
     if not tenants:
         where = f"${settings.serve.keys_env}" if settings.serve.keys_env else "an environment variable"
         raise SystemExit(f"lazymem serve: no API keys (set serve.keys_file or {where})")

@@ -1,30 +1,29 @@
 """The agent's settings (conf/agent/default.yaml: `agent`, `serve`, `mcp`) as typed, frozen values, checked
-once at start-up. A bad value raises `ConfigError`, one line naming the key and what it expects; so does a
-value that a request would trip on later (a configuration never starts and then fails every request: the
-MCP tenant and user pass a request's id checks, a body bound holds a message of the longest text, ...).
-Unknown keys are refused too: a misspelt key would otherwise be ignored silently."""
+once at start-up. A bad value raises lazymem.validate's `ConfigError` with one problem: a line naming the
+key and what it expects; so does a value that a request would trip on later (a configuration never starts
+and then fails every request: the MCP tenant and user pass a request's id checks, a body bound holds a
+message of the longest text, ...). Unknown keys are refused too: a misspelt key would otherwise be ignored
+silently. The store's keys are checked by the store class `agent.store._target_` names (`check_keys`)."""
 
 from __future__ import annotations
 
+import importlib
 import json
-import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lazymem.agent.inputs import Limits, check_text
-
-
-class ConfigError(ValueError):
-    """A setting is missing, unknown or out of its range; the message is one line naming the key."""
+from lazymem.agent.config_block import Block, finite, show
+from lazymem.agent.inputs import Limits
+from lazymem.validate import ConfigError
 
 
 @dataclass(frozen=True)
 class StoreSettings:
     """`agent.store`: the store class Hydra builds (`_target_`, chosen by the config group
-    conf/agent/store/) and its checked values; a value the chosen store does not take is None. A
-    `_target_` of your own is passed its keys unchecked (its constructor refuses what it does not know)."""
+    conf/agent/store/) and the values it checked (its `check_keys`); a value the chosen store does not take
+    is None. A `_target_` of your own is passed its keys unchecked (its constructor refuses what it does not
+    know)."""
 
     target: str
     idempotency_ttl_s: float | None = None
@@ -93,8 +92,6 @@ MAX_ID_CHARS = (16 * 1024 - 4 * 1024) // 12
 # The longest UTF-8 encoding of one character: a body bound must hold the longest text in any script
 UTF8_BYTES = 4
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SQLITE_STORE = "lazymem.agent.sqlite_store.SQLiteStore"
-POSTGRES_STORE = "lazymem.agent.postgres_store.PostgresStore"
 # What a configuration that still names the store by kind is told
 STORE_KIND_GONE = (
     "agent.store.kind is gone: choose the store with agent/store=postgres (or agent/store=sqlite)"
@@ -110,9 +107,15 @@ class Settings:
     @classmethod
     def from_cfg(cls, cfg: Any) -> Settings:
         """From a composed config (lazymem.agent.entry.compose) or a plain mapping with the same blocks."""
-        root = _Block(_plain(cfg), "")
+        root = Block(_plain(cfg), "")
         agent = _agent(root.block("agent"))
         return cls(agent, _serve(root.block("serve"), agent.limits), _mcp(root.block("mcp"), agent.limits))
+
+
+def one_line(error: Exception) -> str:
+    """What an error says, in one line: a ConfigError's problems joined with "; " (what the agent's
+    commands print and log), any other error's message."""
+    return "; ".join(error.problems) if isinstance(error, ConfigError) else str(error)
 
 
 def check_retention(days: Any, where: str) -> float | None:
@@ -123,61 +126,37 @@ def check_retention(days: Any, where: str) -> float | None:
     value = finite(days)
     if value is None or value < 0:
         raise ConfigError(
-            f"{where}: expected a number of days >= 0 (or null: keep forever), got {_show(days)}"
+            [f"{where}: expected a number of days >= 0 (or null: keep forever), got {show(days)}"]
         )
     return value
 
 
-def finite(value: Any) -> float | None:
-    """`value` as a finite float; None for what is not a number (a bool is not), for NaN and the
-    infinities, and for an integer too large for a float (which `float()` refuses with OverflowError)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def refuse_gone_overrides(overrides: Sequence[str]) -> None:
-    """Refuse, before composing, an override of a key that no longer exists and has a new form (Hydra's
-    own error would only say that the key is not in the config)."""
-    for override in overrides:
-        if override.lstrip("+~").split("=", 1)[0] == "agent.store.kind":
-            raise ConfigError(STORE_KIND_GONE)
-
-
-def _store(store: _Block) -> StoreSettings:
-    """`agent.store`, checked by the keys of the store its `_target_` names."""
+def _store(store: Block) -> StoreSettings:
+    """`agent.store`, its keys checked by the class its `_target_` names: a store's `check_keys(block)`
+    reads them, and returns their values (lazymem/agent/sqlite_store.py, postgres_store.py). A class
+    without one, or a `_target_` that does not import here, gets its keys unchecked: its constructor, or
+    Hydra when the store opens, says what is wrong."""
     if "kind" in store.data:
-        raise ConfigError(STORE_KIND_GONE)
+        raise ConfigError([STORE_KIND_GONE])
     target = store.text("_target_", spaces=False)
-    if target == SQLITE_STORE:
-        settings = StoreSettings(
-            target,
-            store.seconds("idempotency_ttl_s"),
-            store.seconds("forgotten_ttl_s", nullable=True),
-            dir=store.text("dir"),
-        )
-    elif target == POSTGRES_STORE:
-        dsn = store.get("dsn")
-        _check_dsn(dsn, store.key("dsn"))
-        settings = StoreSettings(
-            target,
-            store.seconds("idempotency_ttl_s"),
-            store.seconds("forgotten_ttl_s", nullable=True),
-            dsn=dsn,
-            pool_size=store.integer("pool_size", 1),
-            wait_s=store.seconds("wait_s"),
-        )
-    else:  # a store of your own: its keys are its constructor's to check
+    check_keys = getattr(_store_class(target), "check_keys", None)
+    if check_keys is None:
         return StoreSettings(target)
+    settings = StoreSettings(target, **check_keys(store))
     store.done()
     return settings
 
 
-def _agent(block: _Block) -> AgentSettings:
+def _store_class(target: str) -> Any:
+    """The class a `_target_` names (module.Class), or None when it does not import."""
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except (ImportError, ValueError):  # ValueError: no module part
+        return None
+
+
+def _agent(block: Block) -> AgentSettings:
     store_settings = _store(block.block("store"))
     limits = block.block("limits")
     limits_settings = Limits(
@@ -207,13 +186,15 @@ def _agent(block: _Block) -> AgentSettings:
     return settings
 
 
-def _telemetry(block: _Block) -> TelemetrySettings:
+def _telemetry(block: Block) -> TelemetrySettings:
     endpoint = block.get("endpoint")
     if endpoint is not None and not _http_url(endpoint):
-        shown = _show(endpoint) if isinstance(endpoint, str) and "@" not in endpoint else "a value not shown"
+        shown = show(endpoint) if isinstance(endpoint, str) and "@" not in endpoint else "a value not shown"
         raise ConfigError(
-            f"{block.key('endpoint')}: expected an http:// or https:// URL such as http://127.0.0.1:4318 "
-            f"(the OTLP/HTTP receiver's base; null: $OTEL_EXPORTER_OTLP_ENDPOINT), got {shown}"
+            [
+                f"{block.key('endpoint')}: expected an http:// or https:// URL such as http://127.0.0.1:4318 "
+                f"(the OTLP/HTTP receiver's base; null: $OTEL_EXPORTER_OTLP_ENDPOINT), got {shown}"
+            ]
         )
     settings = TelemetrySettings(
         enabled=block.boolean("enabled"),
@@ -240,7 +221,7 @@ def _http_url(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not (parts.query or parts.fragment)
 
 
-def _serve(block: _Block, limits: Limits) -> ServeSettings:
+def _serve(block: Block, limits: Limits) -> ServeSettings:
     from uvicorn.config import LOG_LEVELS  # uvicorn's level names, "trace" included (uvicorn/config.py:44-51)
 
     # the smallest bodies a request must be able to send: one message with the longest text, a question of
@@ -259,7 +240,7 @@ def _serve(block: _Block, limits: Limits) -> ServeSettings:
     keys_env = block.get("keys_env")
     if keys_env is not None and not (isinstance(keys_env, str) and _ENV_NAME.fullmatch(keys_env)):
         raise ConfigError(
-            f"{block.key('keys_env')}: expected an environment variable name or null, got {_show(keys_env)}"
+            [f"{block.key('keys_env')}: expected an environment variable name or null, got {show(keys_env)}"]
         )
     header_timeout = block.seconds("header_timeout_s")
     settings = ServeSettings(
@@ -289,128 +270,10 @@ def _serve(block: _Block, limits: Limits) -> ServeSettings:
     return settings
 
 
-def _mcp(block: _Block, limits: Limits) -> McpSettings:
+def _mcp(block: Block, limits: Limits) -> McpSettings:
     settings = McpSettings(block.request_id("tenant", limits), block.request_id("user", limits))
     block.done()
     return settings
-
-
-def _check_dsn(dsn: Any, key: str) -> None:
-    """A PostgreSQL connection string that parses; never quoted back, as it may hold a password."""
-    expected = f"{key}: expected a PostgreSQL connection string such as postgresql://USER@HOST:PORT/DB"
-    if not isinstance(dsn, str) or not dsn.strip():
-        shown = _show(dsn) if dsn is None or isinstance(dsn, str) else type(dsn).__name__  # blank or no text
-        raise ConfigError(f"{expected} (agent/store=postgres needs one), got {shown}")
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        conninfo_to_dict(dsn)
-    except ProgrammingError:
-        raise ConfigError(
-            f"{expected}; this one does not parse (not shown: it may hold a password)"
-        ) from None
-
-
-class _Block:
-    """One mapping of the config, read key by key; `done()` refuses the keys no one read."""
-
-    def __init__(self, data: Any, path: str):
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {_show(data)}")
-        self.data, self.path, self.unread = data, path, set(data)
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def get(self, name: str) -> Any:
-        if name not in self.data:
-            raise ConfigError(f"{self.key(name)}: missing (conf/agent/default.yaml sets it)")
-        self.unread.discard(name)
-        return self.data[name]
-
-    def block(self, name: str) -> _Block:
-        return _Block(self.get(name), self.key(name))
-
-    def done(self) -> None:
-        if self.unread:
-            name = sorted(map(str, self.unread))[0]
-            known = ", ".join(sorted(map(str, self.data.keys() - self.unread)))
-            raise ConfigError(f"{self.key(name)}: unknown key (known: {known})")
-
-    def integer(self, name: str, least: int, most: int | None = None, why: str = "") -> int:
-        value = self.get(name)
-        integer = not isinstance(value, bool) and isinstance(value, int)
-        if not (integer and value >= least and (most is None or value <= most)):
-            bound = f">= {least}" if most is None else f"from {least} to {most}"
-            raise ConfigError(
-                f"{self.key(name)}: expected an integer {bound}{_because(why)}, got {_show(value)}"
-            )
-        return value
-
-    def seconds(
-        self, name: str, most: float = math.inf, why: str = "", nullable: bool = False
-    ) -> float | None:
-        """A finite number > 0 (and at most `most`); with `nullable`, or null."""
-        value = self.get(name)
-        if value is None and nullable:
-            return None
-        number = finite(value)
-        if number is None or not 0 < number <= most:
-            bound = "> 0" if most == math.inf else f"> 0 and at most {most:g}"
-            null = " (or null)" if nullable else ""
-            raise ConfigError(
-                f"{self.key(name)}: expected a number of seconds {bound}{null}{_because(why)}, "
-                f"got {_show(value)}"
-            )
-        return number
-
-    def boolean(self, name: str) -> bool:
-        value = self.get(name)
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.key(name)}: expected true or false, got {_show(value)}")
-        return value
-
-    def text(self, name: str, nullable: bool = False, spaces: bool = True) -> str | None:
-        value = self.get(name)
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str) or not value.strip() or (not spaces and re.search(r"\s", value)):
-            what = (
-                "a non-empty string"
-                + ("" if spaces else " without spaces")
-                + (" or null" if nullable else "")
-            )
-            raise ConfigError(f"{self.key(name)}: expected {what}, got {_show(value)}")
-        return value
-
-    def choice(self, name: str, choices: tuple[str, ...], fold_case: bool = False) -> str:
-        value = self.get(name)
-        found = value.lower() if fold_case and isinstance(value, str) else value
-        if found not in choices:
-            raise ConfigError(f"{self.key(name)}: expected one of {', '.join(choices)}, got {_show(value)}")
-        return found
-
-    def request_id(self, name: str, limits: Limits) -> str:
-        """An id that a request would also pass (lazymem.agent.inputs.check_text with max_id_chars)."""
-        value = self.get(name)
-        try:
-            check_text("it", value, limits.max_id_chars)
-        except ValueError as e:
-            raise ConfigError(
-                f"{self.key(name)}: expected an id as a request's (agent.limits.max_id_chars="
-                f"{limits.max_id_chars}), but {e}"
-            ) from None
-        return value
-
-
-def _because(why: str) -> str:
-    return f" ({why})" if why else ""
-
-
-def _show(value: Any) -> str:
-    shown = "null" if value is None else repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _plain(cfg: Any) -> Any:

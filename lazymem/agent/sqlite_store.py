@@ -6,11 +6,9 @@ deleted rows inside the file, and after a forget or purge the WAL (which still h
 written) is checkpointed and truncated to zero bytes. Derived data lives in files of the user's own folder
 (`Derived.storage.dir`), which lazymem.agent deletes whole with the user's messages.
 
-The schema and its versions are lazymem/agent/schema.py's. Before it, version 1 (a file that recorded no
-version) numbered every message from one counter shared by all tenants; version 2 numbers each tenant's
-messages on its own. Migrating a version-1 file keeps every id a client already holds and continues each
-tenant's counter after its largest id. The file's `blocks` table stays empty: derived data is the user
-folder's (lazymem/agent/local_blocks.py keeps the same table there).
+The schema and its versions are lazymem/agent/schema.py's, and the statements both stores run alike
+lazymem/agent/store_sql.py's. The file's `blocks` table stays empty: derived data is the user folder's
+(lazymem/agent/local_blocks.py keeps the same table there).
 
 A writer in another process that holds the file's write lock longer than the busy timeout makes a call
 fail with StoreUnavailable.
@@ -25,16 +23,17 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from lazymem import sqlite
+from lazymem.agent import store_sql
+from lazymem.agent.config_block import Block
 from lazymem.agent.errors import IdempotencyConflict, StoreUnavailable
 from lazymem.agent.schema import (
     INSERT_COLUMNS,
     MESSAGE_COLUMNS,
     SQLITE,
-    VERSION,
     check_known,
-    steps_after,
 )
 from lazymem.agent.store import (
     Added,
@@ -54,7 +53,6 @@ from lazymem.agent.store import (
 from lazymem.agent.user_retrieval import LocalUserStorage
 from lazymem.llm.cache import LLMCache
 
-_VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
 _SQL_VARS = 500  # ids per DELETE ... IN (...), below SQLite's bound-parameter limit
 
 
@@ -76,10 +74,19 @@ class SQLiteStore:
         self.timeout_s, self.idempotency_ttl_s = timeout_s, idempotency_ttl_s
         self.forgotten_ttl_s = forgotten_ttl_s
         self._lock = threading.Lock()
-        self._conn = sqlite.connect(self.path, timeout_s, _VERSION_TABLE, thread_safe=True)
+        self._conn = sqlite.connect(self.path, timeout_s, store_sql.VERSION_TABLE, thread_safe=True)
         self._conn.execute("PRAGMA secure_delete = ON")
         with self._transaction() as conn:
-            _migrate(conn)
+            store_sql.migrate(conn, SQLITE, "memory.sqlite")
+
+    @staticmethod
+    def check_keys(keys: Block) -> dict[str, Any]:
+        """`agent.store`'s values for this store, checked at start-up (lazymem/agent/settings.py)."""
+        return {
+            "idempotency_ttl_s": keys.seconds("idempotency_ttl_s"),
+            "forgotten_ttl_s": keys.seconds("forgotten_ttl_s", nullable=True),
+            "dir": keys.text("dir"),
+        }
 
     def add(
         self, tenant: str, user: str, messages: Sequence[NewMessage], idempotency: Idempotency | None = None
@@ -92,7 +99,7 @@ class SQLiteStore:
                 earlier = self._remembered(conn, tenant, user, idempotency, now)
                 if earlier is not None:
                     return Added(earlier, 0, replayed=True)
-            first = _reserve_ids(conn, tenant, len(messages))
+            first = store_sql.reserve_ids(conn, SQLITE, tenant, len(messages))
             ids: list[int | None] = []
             stored = forgotten = 0
             for n, m in enumerate(messages):
@@ -104,19 +111,10 @@ class SQLiteStore:
                     ids.append(None)
                     forgotten += 1
                     continue
+                source = m.source or new_key()
                 conn.execute(
                     f"INSERT INTO messages ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        tenant,
-                        user,
-                        first + n,
-                        m.session_id,
-                        m.time,
-                        m.role,
-                        m.text,
-                        now,
-                        m.source or new_key(),
-                    ),
+                    (tenant, user, first + n, m.session_id, m.time, m.role, m.text, now, source),
                 )
                 ids.append(first + n)
                 stored += 1
@@ -161,24 +159,11 @@ class SQLiteStore:
 
     def finish(self, claim: Claim) -> None:
         with self._lock, self._transaction() as conn:
-            conn.execute(
-                "DELETE FROM pending WHERE tenant = ? AND user_id = ? AND mark = ?",
-                (claim.tenant, claim.user, claim.mark),
-            )
-            conn.execute(  # added to since the claim: pending again (since then), for whoever comes next
-                "UPDATE pending SET claimed_until = 0, since = COALESCE(claimed_at, since), "
-                "claimed_at = NULL WHERE tenant = ? AND user_id = ?",
-                (claim.tenant, claim.user),
-            )
+            store_sql.finish(conn, SQLITE, claim)
 
     def users(self, after: tuple[str, str] | None = None, limit: int = 1000) -> list[tuple[str, str]]:
-        where, args = ("WHERE (tenant, user_id) > (?, ?) ", after) if after is not None else ("", ())
         with self._lock:
-            rows = self._conn.execute(
-                f"SELECT tenant, user_id FROM generations {where}ORDER BY tenant, user_id LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-        return [(tenant, user) for tenant, user in rows]
+            return store_sql.users(self._conn, SQLITE, after, limit)
 
     def mark_pending(self, users: Sequence[tuple[str, str]]) -> int:
         now, marked = time.time(), 0
@@ -225,11 +210,7 @@ class SQLiteStore:
         with self._lock:
             with self._transaction() as conn:
                 if ids is None:
-                    deleted = conn.execute(
-                        "DELETE FROM messages WHERE tenant = ? AND user_id = ?", (tenant, user)
-                    ).rowcount
-                    conn.execute("DELETE FROM idempotency WHERE tenant = ? AND user_id = ?", (tenant, user))
-                    conn.execute("DELETE FROM forgotten WHERE tenant = ? AND user_id = ?", (tenant, user))
+                    deleted = store_sql.delete_user(conn, SQLITE, tenant, user)
                 else:
                     gone = self._delete_ids(conn, tenant, user, sorted(set(ids)))
                     deleted = len(gone)
@@ -244,24 +225,9 @@ class SQLiteStore:
         """The users' idempotency keys stay until they expire."""
         with self._lock:
             with self._transaction() as conn:
-                users = [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT DISTINCT user_id FROM messages WHERE tenant = ? AND added < ?",
-                        (tenant, before),
-                    ).fetchall()
-                ]
                 counts = {}
-                for user in users:  # user by user: one user's deleted rows in memory at a time
-                    where = "WHERE tenant = ? AND user_id = ? AND added < ?"
-                    gone = [
-                        StoredMessage(*row)
-                        for row in conn.execute(
-                            f"SELECT {MESSAGE_COLUMNS} FROM messages {where} ORDER BY id",
-                            (tenant, user, before),
-                        ).fetchall()
-                    ]
-                    conn.execute(f"DELETE FROM messages {where}", (tenant, user, before))
+                for user in store_sql.users_before(conn, SQLITE, tenant, before):  # one user's rows at a time
+                    gone = store_sql.delete_before(conn, SQLITE, tenant, user, before)
                     _leave_tombstones(conn, tenant, user, gone)
                     if vector_keys is not None:
                         vector_keys(user, gone)
@@ -328,80 +294,22 @@ class SQLiteStore:
         return [StoredMessage(*row) for row in mine]
 
     def _truncate_wal(self) -> None:
-        """Move the WAL into the file and cut it to zero bytes; another process reading the file can hold
-        the checkpoint back for a moment, so wait for it (up to the busy timeout)."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.path}: could not truncate the WAL within {self.timeout_s:g}s")
-            time.sleep(0.05)
+        """Leave no deleted page in the WAL, waiting up to the busy timeout for readers of the file."""
+        sqlite.truncate_wal(self._conn, self.timeout_s)
 
     @contextmanager
     def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
-        """`BEGIN IMMEDIATE` (take the write lock up front) ... COMMIT, or ROLLBACK on any error. The write
-        lock still held by another process after the busy timeout is StoreUnavailable."""
+        """A transaction on the store's connection (lazymem.sqlite.transaction). The write lock still held
+        by another process after the busy timeout is StoreUnavailable."""
         try:
-            self._conn.execute(begin)
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+            with sqlite.transaction(self._conn, begin) as conn:
+                yield conn
         except sqlite3.OperationalError as e:
             if "locked" not in str(e):
                 raise
             raise StoreUnavailable(
                 f"{self.path}: another process held the write lock for over {self.timeout_s:g}s ({e})"
             ) from e
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Create the schema, or bring a file of an earlier version to schema.VERSION. A version-1 file (it
-    recorded no version; one id counter for all tenants) gets every table anew, its messages copied over
-    with their ids."""
-    row = conn.execute("SELECT version FROM schema_version").fetchone()
-    version = 0 if row is None else row[0]
-    statements = steps_after(version, SQLITE, "memory.sqlite")
-    if not statements:
-        return
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    legacy = row is None and "messages" in tables
-    if legacy:
-        conn.execute("ALTER TABLE messages RENAME TO messages_v1")
-        conn.execute("DROP INDEX IF EXISTS messages_by_user")
-    for statement in statements:
-        conn.execute(statement)
-    if legacy:
-        _copy_version_1(conn)
-    conn.execute("DELETE FROM schema_version")
-    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (VERSION,))
-
-
-def _copy_version_1(conn: sqlite3.Connection) -> None:
-    """A version-1 file's messages into the new tables, their ids kept; each tenant's counter after them."""
-    conn.execute(
-        "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, source) "
-        "SELECT tenant, user, id, session_id, time, role, text, added, "
-        "'m1:' || lower(hex(randomblob(16))) FROM messages_v1"
-    )
-    conn.execute("INSERT INTO tenant_ids SELECT tenant, MAX(id) FROM messages GROUP BY tenant")
-    for tenant, user in conn.execute("SELECT DISTINCT tenant, user_id FROM messages").fetchall():
-        conn.execute("INSERT INTO generations VALUES (?, ?, ?)", (tenant, user, _next_generation(conn)))
-    conn.execute("DROP TABLE messages_v1")  # secure_delete zeroes its pages
-
-
-def _reserve_ids(conn: sqlite3.Connection, tenant: str, n: int) -> int:
-    """The first of `n` consecutive ids of the tenant's own counter."""
-    (last,) = conn.execute(
-        "INSERT INTO tenant_ids (tenant, last_id) VALUES (?, ?) "
-        "ON CONFLICT (tenant) DO UPDATE SET last_id = last_id + excluded.last_id RETURNING last_id",
-        (tenant, n),
-    ).fetchone()
-    return last - n + 1
 
 
 def _stored_source(conn: sqlite3.Connection, tenant: str, user: str, m: NewMessage) -> int | None:
@@ -464,15 +372,8 @@ def _generation(conn: sqlite3.Connection, tenant: str, user: str) -> int | None:
 
 
 def _renew_generation(conn: sqlite3.Connection, tenant: str, user: str) -> None:
-    """After a deletion: a new generation, or none once the user has no message left (no row keeps
-    the id of a forgotten user)."""
-    left = conn.execute(
-        "SELECT 1 FROM messages WHERE tenant = ? AND user_id = ? LIMIT 1", (tenant, user)
-    ).fetchone()
-    if left is None:
-        conn.execute("DELETE FROM generations WHERE tenant = ? AND user_id = ?", (tenant, user))
-        conn.execute("DELETE FROM pending WHERE tenant = ? AND user_id = ?", (tenant, user))
-    else:
+    """After a deletion: a new generation, or none once the user has no message left (store_sql.settle)."""
+    if store_sql.settle(conn, SQLITE, tenant, user):
         conn.execute(
             "UPDATE generations SET generation = ? WHERE tenant = ? AND user_id = ?",
             (_next_generation(conn), tenant, user),

@@ -34,7 +34,8 @@ from urllib.parse import unquote
 import yaml
 
 from lazymem.agent.inputs import check_text
-from lazymem.agent.settings import ConfigError, Settings, check_retention
+from lazymem.agent.settings import Settings, check_retention, one_line
+from lazymem.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,9 @@ class Tenants:
         try:
             keys, listed = self._read()
             if not keys:
-                raise ConfigError("no API keys left")
+                raise ConfigError(["no API keys left"])
         except (ConfigError, OSError) as e:
-            log.error("API keys not reloaded, the old ones stay: %s", e)
+            log.error("API keys not reloaded, the old ones stay: %s", one_line(e))
             return False
         self._keys = _keys(keys, listed)
         log.info("API keys reloaded: %d keys of %d tenants", len(keys), len(self._keys.tenants))
@@ -160,25 +161,25 @@ def _read(
 
     def put(key: Any, tenant: Tenant, where: str) -> None:
         if not isinstance(key, str):
-            raise ConfigError(f"{where}: expected a string (quote it in YAML), got {type(key).__name__}")
+            raise ConfigError([f"{where}: expected a string (quote it in YAML), got {type(key).__name__}"])
         if not key:
-            raise ConfigError(f"{where}: an empty key")
+            raise ConfigError([f"{where}: an empty key"])
         bad = _NOT_KEY_CHAR.search(key)
         if bad is not None:
             what = "whitespace" if bad[0].isspace() else "not printable ASCII"
-            raise ConfigError(f"{where}: character {bad.start() + 1} of the key is {what}")
+            raise ConfigError([f"{where}: character {bad.start() + 1} of the key is {what}"])
         if key in keys:
-            raise ConfigError(f"{where}: the key is also one of tenant {keys[key].name!r}")
+            raise ConfigError([f"{where}: the key is also one of tenant {keys[key].name!r}"])
         keys[key] = tenant
 
     def check_name(name: Any, where: str) -> None:
         try:
             check_text("the tenant name", name, max_id_chars)
         except ValueError as e:
-            raise ConfigError(f"{where}: {e} (agent.limits.max_id_chars)") from None
+            raise ConfigError([f"{where}: {e} (agent.limits.max_id_chars)"]) from None
         if "=" in name:
             raise ConfigError(
-                f"{where}: a tenant name may not hold '=' (the KEY=TENANT form could not name it)"
+                [f"{where}: a tenant name may not hold '=' (the KEY=TENANT form could not name it)"]
             )
 
     if keys_file:
@@ -186,10 +187,10 @@ def _read(
             where = f"{keys_file}: tenant {_show(name)}"
             check_name(name, where)
             if not isinstance(entry, dict) or not isinstance(entry.get("keys"), list):
-                raise ConfigError(f"{where} needs a list `keys`")
+                raise ConfigError([f"{where} needs a list `keys`"])
             unknown = set(entry) - {"keys", "retention_days"}
             if unknown:
-                raise ConfigError(f"{where} has unknown fields {sorted(map(str, unknown))}")
+                raise ConfigError([f"{where} has unknown fields {sorted(map(str, unknown))}"])
             days = check_retention(entry.get("retention_days", retention_days), f"{where}, retention_days")
             tenant = listed[name] = Tenant(name, days)
             for n, key in enumerate(entry["keys"]):
@@ -203,7 +204,7 @@ def _read(
         key, sep, name = pair.rpartition("=")  # a base64 key ends in `=`; a tenant name holds none
         where = f"${keys_env}: pair {n}"
         if not sep or not key:
-            raise ConfigError(f"{where}: expected KEY=TENANT (pairs separated by commas)")
+            raise ConfigError([f"{where}: expected KEY=TENANT (pairs separated by commas)"])
         where += f", tenant {_show(name)}"
         check_name(name, where)
         put(key, listed.get(name) or Tenant(name, retention_days), where)
@@ -215,18 +216,18 @@ def _entries(keys_file: str) -> dict:
     try:
         data = yaml.safe_load(Path(keys_file).read_text())
     except OSError as e:
-        raise ConfigError(f"serve.keys_file: cannot read {keys_file}: {e.strerror}") from None
+        raise ConfigError([f"serve.keys_file: cannot read {keys_file}: {e.strerror}"]) from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"serve.keys_file: {keys_file} is not UTF-8 text (byte {e.start})") from None
+        raise ConfigError([f"serve.keys_file: {keys_file} is not UTF-8 text (byte {e.start})"]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or "unreadable"
-        raise ConfigError(f"{keys_file}: not valid YAML{at}: {problem}") from None
+        raise ConfigError([f"{keys_file}: not valid YAML{at}: {problem}"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{keys_file}: expected a mapping TENANT -> {{keys: [...], retention_days}}")
+        raise ConfigError([f"{keys_file}: expected a mapping TENANT -> {{keys: [...], retention_days}}"])
     return data
 
 

@@ -214,11 +214,12 @@ def _open_memory(overrides: Sequence[str]):
     """The Memory the overrides configure, retrieval only: a retriever names the vectors, and no memory
     model is needed to store or read."""
     from lazymem.agent.memory import Memory
+    from lazymem.agent.settings import one_line
 
     try:
         return Memory.from_config([*overrides, "method=rag"])
     except ValueError as e:  # ConfigError (an override, a value in agent.*) or a store's own check
-        raise _Failed(f"bad configuration: {e}") from None
+        raise _Failed(f"bad configuration: {one_line(e)}") from None
 
 
 def _import(memory, args: argparse.Namespace) -> None:

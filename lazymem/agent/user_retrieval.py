@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lazymem.agent import vector_blocks
 from lazymem.agent.local_blocks import LocalBlocks
-from lazymem.agent.vector_blocks import BlockEmbeddingCache, import_embedding_file
+from lazymem.agent.vector_blocks import BlockEmbeddingCache
 from lazymem.data.schema import History, Message
 from lazymem.retrieval.base import Index, Retriever
 from lazymem.retrieval.dense import DenseRetriever
@@ -34,9 +34,8 @@ from lazymem.retrieval.per_user import PerUserRetriever, UserStorage
 log = logging.getLogger(__name__)
 
 
-# The user's blocks (vector blocks, BM25 state) in their folder, and the embedding cache file of the
-# stores from before the blocks, moved into them when the user's vectors are first opened
-BLOCKS_FILE, LEGACY_VECTORS_FILE = "blocks.sqlite", "embeddings.sqlite"
+# The user's blocks (vector blocks, BM25 state) in their folder
+BLOCKS_FILE = "blocks.sqlite"
 
 
 @dataclass(frozen=True)
@@ -48,13 +47,8 @@ class LocalUserStorage:
     dir: Path
 
     def embedding_cache(self) -> BlockEmbeddingCache:
-        """The user's vectors in their "vectors" blocks, after moving a legacy `embeddings.sqlite` of the
-        folder into them (one stat when there is none)."""
-        blocks = self.blocks()
-        legacy = self.dir / LEGACY_VECTORS_FILE
-        if legacy.exists():
-            import_embedding_file(legacy, blocks)
-        return BlockEmbeddingCache(blocks)
+        """The user's vectors, in their "vectors" blocks."""
+        return BlockEmbeddingCache(self.blocks())
 
     def blocks(self) -> LocalBlocks:
         return LocalBlocks(self.dir / BLOCKS_FILE)

@@ -26,12 +26,10 @@ where each key is (block and row), not the vectors: the dense index holds its ow
 from __future__ import annotations
 
 import logging
-import sqlite3
 import struct
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -395,86 +393,3 @@ class BlockEmbeddingCache:
             close = getattr(self.blocks, "close", None)
             if close is not None:
                 close()
-
-
-def legacy_blocks(
-    rows: Iterable[tuple[str, bytes]],
-    block_size: int = BLOCK_SIZE,
-    width: int | None = None,
-    model: str | None = None,
-) -> dict[int, bytes]:
-    """The blocks (numbered from 0) holding one model's vectors stored one per key, as (key, float32
-    bytes) rows of today's `derived` table or embeddings file, recording `model` (version 2) when given.
-    A key seen twice is kept once; a row whose length differs from `width` (default: the first row's) is
-    left out, to be embedded again."""
-    keys: list[str] = []
-    vectors: list[np.ndarray] = []
-    seen: set[str] = set()
-    for key, value in rows:
-        vector = np.frombuffer(value, dtype="<f4") if len(value) % 4 == 0 else None
-        if vector is None or key in seen or vector.shape[0] == 0:
-            continue
-        width = vector.shape[0] if width is None else width
-        if vector.shape[0] != width:
-            continue
-        seen.add(key)
-        keys.append(key)
-        vectors.append(vector)
-    out = {}
-    for start in range(0, len(keys), block_size):
-        chunk = vectors[start : start + block_size]
-        out[start // block_size] = encode(keys[start : start + block_size], np.stack(chunk), model)
-    return out
-
-
-def import_embedding_file(
-    path: Path, blocks: Blocks, block_size: int = BLOCK_SIZE, timeout_s: float = 60.0
-) -> int | None:
-    """Moves the vectors of an EmbeddingCache file (lazymem/retrieval/embed_cache.py, one row per model and
-    key) into `blocks`, one `write` per model replacing what that model held, then deletes the file and
-    its WAL. Returns how many vectors moved (0 when there is no file); None when a write was refused
-    (the user's generation moved on), and the file stays as it was.
-
-    One mover at a time: each holds the file's write lock while it moves, and empties the file (folded
-    into the file itself) before deleting it, so a second process that opened the file meanwhile finds no
-    row to move again: a vector deleted from the blocks since is not brought back."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=timeout_s, isolation_level=None)
-    except sqlite3.OperationalError:  # no file (or gone since): nothing to move
-        return 0
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            moved = _move_rows(conn, blocks, block_size)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if moved is None:
-            conn.execute("ROLLBACK")
-            return None
-        conn.execute("COMMIT")
-        _, frames, folded = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()  # waits for no one
-    finally:
-        conn.close()
-    if folded < frames:  # a reader holds an older snapshot: the next opener finds the file empty, deletes it
-        return moved
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    return moved
-
-
-def _move_rows(conn: sqlite3.Connection, blocks: Blocks, block_size: int) -> int | None:
-    """import_embedding_file's work inside its transaction: the rows into blocks, then out of the file."""
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "embeddings" not in tables:
-        return 0
-    moved = 0
-    for (model,) in conn.execute("SELECT DISTINCT model FROM embeddings ORDER BY model").fetchall():
-        rows = conn.execute("SELECT key, dim, vec FROM embeddings WHERE model = ? ORDER BY key", (model,))
-        whole = ((key, bytes(vec)) for key, dim, vec in rows if len(vec) == 4 * dim)  # a torn row: a miss
-        out = legacy_blocks(whole, block_size, model=model)
-        if not blocks.write(KIND, model, out, replace=True):
-            return None
-        moved += sum(_HEADER.unpack_from(data)[4] for data in out.values())
-    conn.execute("DELETE FROM embeddings")
-    return moved

@@ -13,15 +13,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from lazymem.chain.versions import env_versions, venv_of
 from lazymem.conf import CONF_DIR
 from lazymem.rundir import FREE_KEYS, flatten, resolved_config
 from lazymem.validate import ConfigError
@@ -69,23 +67,10 @@ def config_digest(resolved: Mapping) -> str:
     return sha256_json(kept)
 
 
-def _grpo_packages(grpo: DictConfig) -> tuple[str, ...]:
-    """The engine train.grpo.engine's `_target_` names (lazymem.train.trl_engine.TrlEngine: trl); both
-    when it names neither."""
-    target = str(OmegaConf.select(grpo, "engine._target_", default="") or "")
-    words = set(re.split(r"[._]", target.lower()))
-    return tuple(p for p in ("trl", "verl") if p in words) or ("trl", "verl")
-
-
-def engine(cfg: DictConfig) -> dict[str, str]:
-    """{package: version} of what computes the stage: LLaMA-Factory in train.sft.venv for train_sft, TRL
-    or VERL in train.grpo.python's environment (null: this one) for train_grpo, else lazymem itself."""
-    if cfg.task == "train_sft":
-        return env_versions(venv_of(cfg.train.sft.venv), ("llamafactory",))
-    if cfg.task == "train_grpo":
-        python = cfg.train.grpo.get("python")
-        return env_versions(venv_of(python) if python else None, _grpo_packages(cfg.train.grpo))
-    return {"lazymem": metadata.version("lazymem")}
+def engine(cfg: DictConfig, versions: Callable[[DictConfig], Mapping[str, str]] | None) -> dict[str, str]:
+    """{package: version} of what computes the stage: its task's `versions(cfg)` (an engine of its own, such
+    as LLaMA-Factory for train_sft), or lazymem itself when its task names none."""
+    return dict(versions(cfg)) if versions else {"lazymem": metadata.version("lazymem")}
 
 
 def given_input(path: Path) -> dict:

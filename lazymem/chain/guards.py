@@ -1,14 +1,15 @@
 """The test-id guard: no training or selection stage may hold a question of the test split.
 
-After such a stage (reads_test false) finishes, its run directory's training data is read back: build_sft's
-annotations.jsonl and lazymem_sft*.json (`question_id` per instance) and build_rl's parquet files
-(`extra_info.question_id` per row). One test id among them fails the stage.
+After such a stage (reads_test false) finishes, its run directory's training data is read back: the files
+its task declares (the task contract's `training_files`, e.g. build_sft's annotations.jsonl and
+lazymem_sft*.json, build_rl's parquet files), JSON and JSON-lines rows with a `question_id` and parquet rows
+with an `extra_info.question_id`. One test id among them fails the stage.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -38,16 +39,16 @@ def _question_ids(path: Path) -> Iterator[str]:
             yield str(row["question_id"])
 
 
-def data_files(run_dir: Path) -> list[Path]:
-    patterns = ("annotations.jsonl", "lazymem_sft*.json", "*.parquet")
+def data_files(run_dir: Path, patterns: Iterable[str]) -> list[Path]:
     return sorted({p for pattern in patterns for p in run_dir.rglob(pattern) if p.is_file()})
 
 
-def leaks(run_dir: Path, split: Path) -> str | None:
-    """None, or one line naming the files of `run_dir` that hold test ids of `split`, and some ids."""
+def leaks(run_dir: Path, split: Path, patterns: Iterable[str]) -> str | None:
+    """None, or one line naming the files of `run_dir` matching `patterns` (glob patterns, at any depth)
+    that hold test ids of `split`, and some ids."""
     test = held_out_ids(split)
     found = {}
-    for path in data_files(run_dir):
+    for path in data_files(run_dir, patterns):
         ids = sorted(set(_question_ids(path)) & test)
         if ids:
             found[path] = ids

@@ -1,30 +1,23 @@
 """Before a chain starts anything: every problem its stages would stop on, listed at once with the fix for
 each, so that a missing model, key or GPU surfaces in seconds and not hours in, after SFT.
 
-Each stage's composed config goes to its task's own check (a task module's optional `problems(cfg)`: the
-caller passes the lookup, since tasks sit above the chain in lazymem.LAYERS). Problems naming a path inside
+Each stage's composed config goes to its task's own check (the task contract's `problems(cfg)`, found by
+the plan: lazymem/chain/plan.py's `task_of`). Problems naming a path inside
 the chain's run directory are left out: those are earlier stages' outputs, which the stage checks itself
 when it starts. The same message from several stages is listed once, with their names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from lazymem.chain.plan import Decision
 
-Check = Callable[[object], list[str]]
 
-
-def problems(
-    decisions: Sequence[Decision],
-    check_of: Callable[[str], Check | None],
-    chain_dir: Path,
-    gpus: int | None,
-) -> list[str]:
-    """`check_of(task)`: that task's check, or None; `gpus`: the GPUs the chain's Ray will have (None: a
-    cluster joined at chain.ray.address, whose GPUs Ray checks)."""
+def problems(decisions: Sequence[Decision], chain_dir: Path, gpus: int | None) -> list[str]:
+    """`gpus`: the GPUs the chain's Ray will have (None: a cluster joined at chain.ray.address, whose GPUs
+    Ray checks)."""
     stages_of: dict[str, list[str]] = {}
     for d in decisions:
         if not d.runs or d.config is None:
@@ -32,7 +25,7 @@ def problems(
         found = []
         if gpus is not None and d.stage.gpus > gpus:
             found.append(f"needs {d.stage.gpus:g} GPUs (its chain.stages.<stage>.gpus); this node has {gpus}")
-        check = check_of(str(d.config.task))
+        check = d.task.problems if d.task else None
         if check is not None:
             try:
                 found += check(d.config)

@@ -22,12 +22,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray._private.ray_constants import RAY_INTERNAL_FLAGS
 
 from lazymem.chain.guards import leaks
+from lazymem.chain.record import StageRecord
 from lazymem.rundir import now
 from lazymem.subproc import start
 
@@ -36,7 +37,8 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class Job:
-    """What a stage's Ray task runs. `split`: the split to check its outputs against (None: no check)."""
+    """What a stage's Ray task runs. `split`: the split to check its training files (glob patterns in its
+    run dir, its task's) against; no check without both."""
 
     name: str
     cmd: tuple[str, ...]
@@ -47,6 +49,7 @@ class Job:
     cpus: float = 1
     deps: tuple[str, ...] = ()
     split: str | None = None
+    training_files: tuple[str, ...] = ()
     shared_gpus: tuple[str, ...] = ()  # GPUs outside Ray's pool it sees after its own (a judge's)
     stop_timeout_s: float = 60
 
@@ -100,7 +103,7 @@ def error_line(run_dir: Path, meta_before: int | None, log: Path, returncode: in
     return last or f"exit status {returncode}"
 
 
-def run_job(job: Job, stopping: Callable[[], bool], gpu_ids: Sequence = ()) -> dict:
+def run_job(job: Job, stopping: Callable[[], bool], gpu_ids: Sequence = ()) -> StageRecord:
     """Run the stage's command to its end (or until `stopping()`); its outcome as the chain records it."""
     started, t0 = now(), time.monotonic()
     run_dir, log_path = Path(job.run_dir), Path(job.log)
@@ -128,17 +131,19 @@ def run_job(job: Job, stopping: Callable[[], bool], gpu_ids: Sequence = ()) -> d
             _stop(proc, job.stop_timeout_s)
             raise
         copier.join(timeout=10)
-    result = {"name": job.name, "started": started, "ended": now(), "returncode": returncode}
-    result["duration_s"] = round(time.monotonic() - t0, 3)
+    duration_s = round(time.monotonic() - t0, 3)
+    result = StageRecord(
+        job.name, "ok", started=started, ended=now(), duration_s=duration_s, returncode=returncode
+    )
     if stopped:
-        return {**result, "status": "interrupted", "error": "interrupted: the chain was stopped"}
+        return replace(result, status="interrupted", error="interrupted: the chain was stopped")
     if returncode != 0:
-        return {**result, "status": "failed", "error": error_line(run_dir, meta_before, log_path, returncode)}
-    if job.split:
+        return replace(result, status="failed", error=error_line(run_dir, meta_before, log_path, returncode))
+    if job.split and job.training_files:
         try:
-            leak = leaks(run_dir, Path(job.split))
+            leak = leaks(run_dir, Path(job.split), job.training_files)
         except (OSError, ValueError, KeyError) as e:
             leak = f"the test-id guard could not read {job.split} or this stage's data: {e}"
         if leak:
-            return {**result, "status": "failed", "error": leak}
-    return {**result, "status": "ok", "error": None}
+            return replace(result, status="failed", error=leak)
+    return result

@@ -26,12 +26,43 @@ from pathlib import Path
 import ray
 
 from lazymem.chain.process import POLL_S, Job, run_job
+from lazymem.chain.record import StageRecord
 from lazymem.interrupt import SIGNALS, Interrupted
+from lazymem.llm.backends import gpu_count
 from lazymem.rundir import now
+from lazymem.validate import ConfigError
 
-# The object store holds only the stages' small result dicts: Ray's minimum (75 MiB), as hydra's Ray
-# launcher sets for local sweeps (hydra_plugins/hydra_ray_launcher/_core.py:36).
+# The object store holds only the stages' outcomes (small StageRecords): Ray's minimum (75 MiB), as hydra's
+# Ray launcher sets for local sweeps (hydra_plugins/hydra_ray_launcher/_core.py:36).
 OBJECT_STORE_BYTES = 75 * 1024 * 1024
+
+
+def _index(g) -> bool:
+    return isinstance(g, int) and not isinstance(g, bool) and g >= 0
+
+
+def pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
+    """The chain's local Ray's GPUs: the CUDA_VISIBLE_DEVICES it starts with (None: the environment's), their
+    number, and the GPUs kept out of its pool, as CUDA_VISIBLE_DEVICES names them (chain.ray.reserved_gpus:
+    positions among the visible GPUs, as placement's indices are, of a server started by hand beside the
+    chain, such as GRPO's reward judge; Ray hands out only the devices its node saw at start, ray 2.60
+    _private/resource_and_label_spec.py:350-377). A joined cluster's are Ray's to check: (None, None, ())."""
+    if ray_cfg["address"]:
+        return None, None, ()
+    n = ray_cfg["num_gpus"] if ray_cfg["num_gpus"] is not None else gpu_count()
+    reserved = ray_cfg.get("reserved_gpus") or []
+    if not isinstance(reserved, list) or not all(g is None or _index(g) for g in reserved):
+        raise ConfigError([f"chain.ray.reserved_gpus = {reserved!r}: must be a list of GPU indices or nulls"])
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        visible = [str(i) for i in range(n)]
+    else:
+        visible = [v.strip() for v in env.split(",") if v.strip()][:n]
+    shared = tuple(visible[g] for g in reserved if g is not None and g < len(visible))
+    if not shared:
+        return None, n, ()
+    kept = [v for v in visible if v not in shared]
+    return ",".join(kept), len(kept), shared
 
 
 @contextmanager
@@ -106,28 +137,24 @@ class Gate:
         return {p.name: p.read_text(encoding="utf-8") for p in (Path(self.folder) / "began").iterdir()}
 
 
-def _stage_task(job: Job, gate, *upstream: dict) -> dict:
-    waiting_on = [u["name"] for u in upstream if u["status"] != "ok"]
+def _stage_task(job: Job, gate, *upstream: StageRecord) -> StageRecord:
+    waiting_on = [u.name for u in upstream if u.status != "ok"]
     if waiting_on:
-        return {
-            "name": job.name,
-            "status": "pending",
-            "error": f"not started: {', '.join(waiting_on)} did not finish",
-        }
+        return StageRecord(job.name, "pending", error=f"not started: {', '.join(waiting_on)} did not finish")
     if not gate.begin(job.name):
-        return {"name": job.name, "status": "pending", "error": "not started: the chain stopped"}
+        return StageRecord(job.name, "pending", error="not started: the chain stopped")
     return run_job(job, gate.stopping, ray.get_gpu_ids())
 
 
 stage_task = ray.remote(max_retries=0)(_stage_task)
 
 
-def _outcome(ref, name: str) -> dict:
+def _outcome(ref, name: str) -> StageRecord:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as e:  # the task itself failed (its worker died, a bug): one line
         first = next((x for x in str(e).splitlines() if x.strip()), type(e).__name__)
-        return {"name": name, "status": "failed", "error": f"{type(e).__name__}: {first.strip()}"}
+        return StageRecord(name, "failed", error=f"{type(e).__name__}: {first.strip()}")
 
 
 @contextmanager
@@ -145,12 +172,12 @@ def _signals_noted() -> Iterator[list[int]]:
 
 
 def run_jobs(
-    jobs: Sequence[Job], on_event: Callable[[str, dict], None], stop_timeout_s: float, gate_dir: Path
-) -> dict:
-    """Run `jobs` (in an order where each job's deps come first) on the connected Ray; on_event(name,
-    fields) for each stage that starts ({status: running, started}) and each that returns (its outcome).
-    The gate's files live in `gate_dir`. Returns the outcomes by name; after a signal, raises Interrupted
-    once the stages have stopped."""
+    jobs: Sequence[Job], on_event: Callable[[StageRecord], None], stop_timeout_s: float, gate_dir: Path
+) -> dict[str, StageRecord]:
+    """Run `jobs` (in an order where each job's deps come first) on the connected Ray; on_event(record)
+    for each stage that starts (status running, started) and each that returns (its outcome). The gate's
+    files live in `gate_dir`. Returns the outcomes by name; after a signal, raises Interrupted once the
+    stages have stopped."""
     gate = Gate(str(gate_dir))
     gate.open()
     refs: dict[str, ray.ObjectRef] = {}
@@ -159,7 +186,7 @@ def run_jobs(
         options = {"num_cpus": job.cpus, "num_gpus": job.gpus, "name": f"chain:{job.name}"}
         refs[job.name] = stage_task.options(**options).remote(job, gate, *upstream)
     waiting = {ref: name for name, ref in refs.items()}
-    results: dict[str, dict] = {}
+    results: dict[str, StageRecord] = {}
     running: set[str] = set()
     deadline = None
     with _signals_noted() as noted:
@@ -173,16 +200,16 @@ def run_jobs(
             for ref in ready:
                 name = waiting.pop(ref)
                 results[name] = _outcome(ref, name)
-                on_event(name, results[name])
-                if results[name]["status"] == "failed":
+                on_event(results[name])
+                if results[name].status == "failed":
                     gate.close()
             for name, started in gate.began().items():
                 if name not in running and name not in results:
                     running.add(name)
-                    on_event(name, {"status": "running", "started": started})
+                    on_event(StageRecord(name, "running", started=started))
     for name in waiting.values():  # given up on after a signal
-        results[name] = {"name": name, "status": "interrupted" if name in running else "pending"}
-        on_event(name, results[name])
+        results[name] = StageRecord(name, "interrupted" if name in running else "pending")
+        on_event(results[name])
     if noted:
         raise Interrupted(noted[0])
     return results

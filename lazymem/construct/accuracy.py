@@ -1,5 +1,5 @@
 """A window's KEEP/DROP decisions scored against its gold flags: per-category accuracy and the action
-reward (paper Eq. 7). Training's GRPO reward (lazymem.train.reward) and inference-time gates
+reward (paper Eq. 7). Training's GRPO reward (lazymem.train.grpo.reward) and inference-time gates
 (lazymem.methods.extractive_gate) both score with it, so it lives with the decisions, before either stage."""
 
 from __future__ import annotations

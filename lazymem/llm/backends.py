@@ -19,8 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lazymem.llm.endpoint import Endpoint
+from lazymem.llm.llamacpp_server import LLAMACPP_N_CTX, LlamaCppServer
 from lazymem.llm.models import model_identity, resolve_model
-from lazymem.llm.servers import LLAMACPP_N_CTX, Endpoint, LlamaCppServer, VllmServer
+from lazymem.llm.vllm_server import VllmServer
 from lazymem.registry import named_class
 
 
@@ -159,7 +161,7 @@ class Backend:
 
     def server(self, log_dir: Path, model_cache_dir: Path | None):
         """A server object (not started) with ``start/stop/revive``, ``base_url``, ``served_name``,
-        ``restarts`` and ``kind``: a :class:`~lazymem.llm.servers.ManagedServer` or an Endpoint."""
+        ``restarts`` and ``kind``: a :class:`~lazymem.llm.managed_server.ManagedServer` or an Endpoint."""
         raise NotImplementedError(f"backend {self.name!r} does not say how its server starts")
 
     def model_id(self) -> str:

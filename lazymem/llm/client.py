@@ -26,7 +26,7 @@ from lazymem import interrupt
 from lazymem.llm.backends import Dialect, get_dialect
 from lazymem.llm.cache import LLMCache, cache_key
 from lazymem.llm.completion import Completion
-from lazymem.llm.servers import ServerDied
+from lazymem.llm.managed_server import ServerDied
 from lazymem.tokens import chat_tokens
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The CPU runtime as lazymem sees it: this CPU's instruction sets, and what the installed llama.cpp library
 was compiled with. A llama.cpp build for instructions the CPU lacks loads its model, then crashes on the
-first token: servers.py and task=doctor put these two side by side."""
+first token: llamacpp_server.py and task=doctor put these two side by side."""
 
 from __future__ import annotations
 

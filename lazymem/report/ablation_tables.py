@@ -62,7 +62,7 @@ def table12(name: str, result: dict, ref: dict) -> Table:
 
 
 def table11(name: str, result: dict, ref: dict) -> Table:
-    """A reward-ordering diagnostic (lazymem/train/diagnostics.py) in Table 11's layout."""
+    """A reward-ordering diagnostic (lazymem/train/grpo/diagnostics.py) in Table 11's layout."""
     paper = (ref.get("table11_reward_ordering") or {}).get("rows") or {}
     t = Table(
         f"table11_{name}".replace("/", "_"),

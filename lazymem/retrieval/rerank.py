@@ -14,13 +14,7 @@ import numpy as np
 
 from lazymem.data.schema import Message
 from lazymem.retrieval.base import Reranker, check_template, render
-from lazymem.retrieval.dense import (
-    check_exists,
-    local_model_problems,
-    offline_env,
-    resolve_device,
-    resolve_model,
-)
+from lazymem.retrieval.weights import LazyModel, local_model_problems, resolve_device, resolve_model
 
 
 class NoReranker(Reranker):
@@ -32,7 +26,7 @@ class NoReranker(Reranker):
         return None
 
 
-class FlagReranker(Reranker):
+class FlagReranker(Reranker, LazyModel):
     """BGE cross-encoder through FlagEmbedding. Higher score = more relevant."""
 
     name = "flag"
@@ -56,7 +50,6 @@ class FlagReranker(Reranker):
             devices = list(devices)
         self.normalize, self.devices, self.offline = normalize, devices, offline
         self.template = check_template(template)
-        self._model = None
 
     def problems(self, where: str) -> list[str]:
         return local_model_problems(self.model_spec, f"{where}.model")
@@ -67,27 +60,21 @@ class FlagReranker(Reranker):
         cpu_only = devices is not None and all(str(d) == "cpu" for d in devices)
         return [] if cpu_only or str(self.model_spec).startswith("bundled:") else [f"{where}.devices"]
 
-    @property
-    def model(self):
-        if self._model is None:
-            if self.offline:
-                offline_env()
-            check_exists(self.path)
-            try:
-                from FlagEmbedding import FlagReranker as _Flag
-            except ImportError as err:
-                raise ImportError(
-                    "reranker FlagReranker needs FlagEmbedding: install the optional extra "
-                    "`pip install -e .[rerank]`, or use retrieval.reranker=none"
-                ) from err
-            self._model = _Flag(
-                self.path,
-                use_fp16=self.use_fp16,
-                devices=self.devices,
-                batch_size=self.batch_size,
-                max_length=self.max_length,
-            )
-        return self._model
+    def _load(self):
+        try:
+            from FlagEmbedding import FlagReranker as _Flag
+        except ImportError as err:
+            raise ImportError(
+                "reranker FlagReranker needs FlagEmbedding: install the optional extra "
+                "`pip install -e .[rerank]`, or use retrieval.reranker=none"
+            ) from err
+        return _Flag(
+            self.path,
+            use_fp16=self.use_fp16,
+            devices=self.devices,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+        )
 
     def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
         if not messages:
@@ -99,7 +86,7 @@ class FlagReranker(Reranker):
         return [float(s) for s in np.atleast_1d(np.asarray(scores, dtype=np.float64))]  # one pair -> scalar
 
 
-class CrossEncoderReranker(Reranker):
+class CrossEncoderReranker(Reranker, LazyModel):
     """Any sentence-transformers `CrossEncoder` checkpoint. Higher score = more relevant."""
 
     name = "cross_encoder"
@@ -119,7 +106,6 @@ class CrossEncoderReranker(Reranker):
         self.device, self.batch_size, self.max_length = device, batch_size, max_length
         self.offline, self.trust_remote_code = offline, trust_remote_code
         self.template = check_template(template)
-        self._model = None
 
     def problems(self, where: str) -> list[str]:
         return local_model_problems(self.model_spec, f"{where}.model")
@@ -128,22 +114,16 @@ class CrossEncoderReranker(Reranker):
         """Only when told cuda: a small cross-encoder runs on the CPU where `auto` finds no GPU."""
         return [f"{where}.device"] if str(self.device).startswith("cuda") else []
 
-    @property
-    def model(self):
-        if self._model is None:
-            if self.offline:
-                offline_env()
-            check_exists(self.path)
-            from sentence_transformers import CrossEncoder
+    def _load(self):
+        from sentence_transformers import CrossEncoder
 
-            self._model = CrossEncoder(
-                self.path,
-                device=resolve_device(self.device),
-                max_length=self.max_length,
-                local_files_only=self.offline,
-                trust_remote_code=self.trust_remote_code,
-            )
-        return self._model
+        return CrossEncoder(
+            self.path,
+            device=resolve_device(self.device),
+            max_length=self.max_length,
+            local_files_only=self.offline,
+            trust_remote_code=self.trust_remote_code,
+        )
 
     def score(self, query: str, messages: Sequence[Message]) -> list[float] | None:
         if not messages:

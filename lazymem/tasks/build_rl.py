@@ -23,8 +23,9 @@ from lazymem.data.schema import query_time
 from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import data_problems, require_placement, role_problems
 from lazymem.prompts import load
-from lazymem.train import rl_data
-from lazymem.train.reasoning_chain import reasoning_chains
+from lazymem.tasks.contract import Task
+from lazymem.train.grpo import rl_data
+from lazymem.train.grpo.reasoning_chain import reasoning_chains
 from lazymem.train.sft_data import window_items
 
 log = logging.getLogger(__name__)
@@ -121,3 +122,6 @@ def run(cfg, run) -> dict:
     log.info("RL data: %s", json.dumps(stats))
     print(f"RL data: train {stats['train']['rows']} rows, val {stats['val']['rows']} rows -> {run.dir}")
     return stats
+
+
+TASK = Task(run, problems=problems, training_files=("*.parquet",))

@@ -26,6 +26,7 @@ from lazymem.data import load_dataset, split_data
 from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import data_problems, require_placement, role_problems, stop
 from lazymem.prompts import load
+from lazymem.tasks.contract import Task
 from lazymem.tokens import count_tokens
 from lazymem.train import sft_data as sd
 from lazymem.train.sft_config import DS_Z2, sft_yaml
@@ -109,3 +110,6 @@ def run(cfg, run) -> dict:
         log.warning("no SFT instance survived; see sft_stats.json for the discard reasons")
     print(f"SFT: {result['balanced']} instances -> {out}/sft.yaml  (llamafactory-cli train sft.yaml)")
     return result
+
+
+TASK = Task(run, problems=problems, training_files=("annotations.jsonl", "lazymem_sft*.json"))

@@ -16,6 +16,7 @@ from pathlib import Path
 from lazymem import sqlite
 from lazymem.llm import cache as llm_cache
 from lazymem.retrieval import embed_cache
+from lazymem.tasks.contract import Task
 from lazymem.validate import ConfigError
 
 log = logging.getLogger("lazymem")
@@ -103,3 +104,6 @@ def render(report: dict) -> str:
     if report["prune"] and not report["prune"]["apply"]:
         lines += ["", "dry run: nothing deleted; add cache.prune.apply=true to delete"]
     return "\n".join(lines)
+
+
+TASK = Task(run)

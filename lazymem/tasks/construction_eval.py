@@ -26,6 +26,7 @@ from lazymem.numeric import bootstrap_ci
 from lazymem.preflight import require_placement
 from lazymem.prompts import load
 from lazymem.tasks.build_rl import val_prompts
+from lazymem.tasks.contract import Task
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +137,6 @@ def render(results: list[dict]) -> str:
         cells = " | ".join(cell(r[m]) for m in METRICS)
         lines.append(f"| {name} | {cells} | {r['windows']} |")
     return "\n".join(lines)
+
+
+TASK = Task(run)

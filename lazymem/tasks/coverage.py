@@ -16,6 +16,7 @@ from lazymem.data import load_dataset
 from lazymem.eval.coverage import aggregate, question_coverage
 from lazymem.numeric import describe
 from lazymem.preflight import require_placement
+from lazymem.tasks.contract import Task
 
 
 def run(cfg, run) -> dict:
@@ -113,3 +114,6 @@ def render(report: dict) -> str:
         f"{b['mean']:.2f} s mean, {b['max']:.2f} s max"
     )
     return "\n".join(lines)
+
+
+TASK = Task(run)

@@ -25,11 +25,13 @@ from omegaconf import OmegaConf
 
 from lazymem import cuda_env
 from lazymem.llm.backends import get_backend
+from lazymem.llm.llamacpp_server import LlamaCppServer
 from lazymem.llm.llm_set import role_config
+from lazymem.llm.managed_server import ServerStartError
 from lazymem.llm.models import resolve_model
 from lazymem.llm.runtime import cpu_features, llama_build_info
-from lazymem.llm.servers import LlamaCppServer, ServerStartError
 from lazymem.preflight import rl_env_problems
+from lazymem.tasks.contract import Task
 
 # The distributions whose versions the report shows, per environment.
 CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "trl", "mem0ai")
@@ -190,3 +192,6 @@ def run(cfg, run) -> dict:
     if fixes:
         raise SystemExit("doctor found problems; fixes:\n" + "\n".join(f"  - {f}" for f in fixes))
     return {"ok": True}
+
+
+TASK = Task(run)

@@ -28,6 +28,7 @@ from lazymem.methods.base import Context, Method
 from lazymem.preflight import data_problems, require
 from lazymem.preflight import problems as preflight_problems
 from lazymem.prompts import load
+from lazymem.tasks.contract import Task
 
 log = logging.getLogger(__name__)
 
@@ -179,3 +180,6 @@ def _postfix(record: dict) -> str:
         return "error"
     lat = record["latency_s"]
     return " ".join(f"{k}={v:.1f}s" for k, v in lat.items() if k != "total")
+
+
+TASK = Task(run, problems=problems)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lazymem.llm.models import ModelIntegrityError, ModelNotFound, sha256_file
 from lazymem.preflight import stop
+from lazymem.tasks.contract import Task
 from lazymem.tasks.gguf_model import gguf_path, version
 
 log = logging.getLogger(__name__)
@@ -109,3 +110,6 @@ def run(cfg, run) -> dict:
     (run.dir / "model.gguf.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"{model_dir} -> {out}: {opts.outtype}, {record['size_bytes']} bytes ({result['seconds']}s)")
     return {"model": str(out), "bytes": record["size_bytes"], "outtype": str(opts.outtype)}
+
+
+TASK = Task(run, problems=problems)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lazymem.llm.models import ModelIntegrityError, ModelNotFound, resolve_model, sha256_file
 from lazymem.preflight import stop
+from lazymem.tasks.contract import Task
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -103,3 +104,6 @@ def run(cfg, run) -> dict:
         f"({time.monotonic() - t0:.1f}s)"
     )
     return {"model": str(out), "parameters": n, "gguf_sha256": record["sha256"]}
+
+
+TASK = Task(run, problems=problems)

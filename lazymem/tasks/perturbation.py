@@ -30,6 +30,7 @@ from lazymem.preflight import require
 from lazymem.prompts import load
 from lazymem.report.ablation_tables import table12
 from lazymem.report.tables import load_references, write_tables
+from lazymem.tasks.contract import Task
 from lazymem.tokens import count_tokens
 
 log = logging.getLogger(__name__)
@@ -121,3 +122,6 @@ async def _one(question, history, variant: perturb.Variant, answerer: Answerer, 
         "status": "ok",
         "error": None,
     }
+
+
+TASK = Task(run)

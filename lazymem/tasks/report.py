@@ -20,6 +20,7 @@ from lazymem.report.collect import load_runs, rows
 from lazymem.report.dashboard import write_dashboard
 from lazymem.report.plots import make_plots
 from lazymem.report.tables import build_tables, load_references, write_tables
+from lazymem.tasks.contract import Task
 
 
 def _option(cfg, key: str, default=None):
@@ -59,3 +60,6 @@ def run(cfg, run) -> dict:
         "tables": [t.key for t in tables],
         "plots": [p.name for p in plots],
     }
+
+
+TASK = Task(run)

@@ -1,7 +1,7 @@
 """task=reward_diagnostics: the reward-ordering diagnostic (paper Appendix E.1, Table 11) on a rollout file.
 
 Input `diagnostics.rollouts=FILE` (JSONL: prompt_id, gold, response per line; see
-lazymem/train/diagnostics.py). Writes reward_diagnostics.json and reward_diagnostics.md.
+lazymem/train/grpo/diagnostics.py). Writes reward_diagnostics.json and reward_diagnostics.md.
 Run with +experiment=reward_diagnostics diagnostics.rollouts=FILE.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lazymem.train.diagnostics import ETA, load_jsonl, reward_ordering
+from lazymem.tasks.contract import Task
+from lazymem.train.grpo.diagnostics import ETA, load_jsonl, reward_ordering
 
 NAMES = {"micro": "Micro (Eq. 10)", "symmetric": "Symmetric (Eq. 11)", "ours": "Ours (Eq. 12)"}
 
@@ -48,3 +49,6 @@ def run(cfg, run) -> dict:
     (run.dir / "reward_diagnostics.md").write_text(table, encoding="utf-8")
     print(table)
     return result
+
+
+TASK = Task(run)

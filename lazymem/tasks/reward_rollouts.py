@@ -1,5 +1,5 @@
 """task=reward_rollouts: Table 11 end to end (paper Appendix E.1): rollouts of the SFT policy on the RL
-validation prompts, then the reward-ordering diagnostic (lazymem/train/diagnostics.py) on them.
+validation prompts, then the reward-ordering diagnostic (lazymem/train/grpo/diagnostics.py) on them.
 
 Prompts: the val split's windows exactly as task=build_rl builds val.parquet (retrieval, windowing, the
 memory prompt; gold-bearing and gold-free windows paired when train.grpo.data.balance_val). Rollouts:
@@ -26,7 +26,8 @@ from lazymem.prompts import load
 from lazymem.report.ablation_tables import table11
 from lazymem.report.tables import load_references, write_tables
 from lazymem.tasks.build_rl import val_prompts
-from lazymem.train.diagnostics import reward_ordering
+from lazymem.tasks.contract import Task
+from lazymem.train.grpo.diagnostics import reward_ordering
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +91,6 @@ async def _sample(policy, items, done: set, n: int, version: str, decoding: dict
                 lines.append(json.dumps(line, ensure_ascii=False) + "\n")
             f.write("".join(lines))  # a prompt's samples in one write: resume never sees half of them
             f.flush()
+
+
+TASK = Task(run)

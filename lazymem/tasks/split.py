@@ -12,6 +12,7 @@ import json
 from lazymem.data import load_dataset
 from lazymem.data.stratified_split import SPLITS, count_table, make_split
 from lazymem.preflight import data_problems
+from lazymem.tasks.contract import Task
 
 
 def problems(cfg) -> list[str]:
@@ -40,3 +41,6 @@ def render(counts: dict) -> str:
     for qtype, row in counts.items():
         lines.append(f"| {qtype} | {row['total']} | " + " | ".join(str(row[s]) for s in SPLITS) + " |")
     return "\n".join(lines)
+
+
+TASK = Task(run, problems=problems)

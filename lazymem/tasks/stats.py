@@ -7,6 +7,7 @@ from collections import Counter
 
 from lazymem.data import load_dataset
 from lazymem.numeric import describe
+from lazymem.tasks.contract import Task
 from lazymem.tokens import count_tokens
 
 
@@ -44,3 +45,6 @@ def render(stats: dict) -> str:
             f"| {key.removesuffix('_per_history')} | {d['mean']:.1f} | {d['median']:.0f} | {d['max']:.0f} |"
         )
     return "\n".join(lines)
+
+
+TASK = Task(run)

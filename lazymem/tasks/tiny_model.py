@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from lazymem.tasks.contract import Task
 from lazymem.train.tiny_qwen3 import write
 
 
@@ -12,3 +13,6 @@ def run(cfg, run) -> dict:
     n = write(out, int(opts.hidden), int(opts.layers), int(opts.vocab), int(opts.seed))
     print(f"tiny Qwen3: {n} parameters -> {out}")
     return {"model": str(out), "parameters": n}
+
+
+TASK = Task(run)

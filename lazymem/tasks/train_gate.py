@@ -36,6 +36,7 @@ from lazymem.methods.extractive_gate import (
     window_reward,
 )
 from lazymem.numeric import mean
+from lazymem.tasks.contract import Task
 from lazymem.tokens import count_tokens
 
 
@@ -158,3 +159,6 @@ def render(report: dict) -> str:
             f"{s['action_reward']:.3f} | {s['memory_tokens']:.0f} | {s['ms_per_window']:.1f} |"
         )
     return "\n".join(lines)
+
+
+TASK = Task(run)

@@ -1,15 +1,16 @@
 """task=train_grpo: GRPO on the memory model (paper Section 3.3, Table 10) with the engine train.grpo names.
 
-``train.grpo.engine._target_`` picks the engine (lazymem/train/grpo_engine.py's contract): VERL 0.9.1
-(conf/train/grpo/verl.yaml, paper mode) or TRL 1.16's GRPOTrainer (train/grpo=trl). The engine writes its own
-files (VERL: overrides.txt; TRL: trl_config.json) and names one command; this task writes it to command.sh
+``train.grpo.engine._target_`` picks the engine (lazymem/train/grpo/engine.py's contract), one config of
+the group train/grpo each (conf/train/grpo/). The engine writes its own files and names one command; this
+task writes it to command.sh
 (``train.grpo.dry_run=true`` stops there) and runs it as a subprocess, streaming its output into the console
-and the engine's log. Before it starts, the checks both engines share: the inputs, the SFT targets against
+and the engine's log. Before it starts, the checks every engine shares: the inputs, the SFT targets against
 the response cap, the GPUs (the engine's count on this node, the plan's CUDA_VISIBLE_DEVICES: placement.train
-.grpo, never the judge's GPU), VERL's environment where the engine needs it (flash_attn), the quality-reward
+.grpo, never the judge's GPU), the RL environment where the engine needs it (flash_attn), the quality-reward
 judge answering (GET /v1/models) when it is an endpoint, and free disk space for the checkpoints. After
-training, the checkpoint is chosen on the validation split (checkpoint_select.select_rl_checkpoint) and
-recorded in <checkpoint_dir>/selected_checkpoint.json with the engine's name.
+training, the checkpoint is chosen on the validation split among the engine's kept checkpoints
+(grpo/checkpoints.select_rl_checkpoint) and recorded in <checkpoint_dir>/selected_checkpoint.json with the
+engine's name and class.
 Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory> train.grpo.model=<SFT>.
 """
 
@@ -29,15 +30,19 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem import tracking
+from lazymem.chain.versions import env_versions, venv_of
 from lazymem.cuda_env import cuda_torch_problem
+from lazymem.gpu.budget import MAX_UTIL
+from lazymem.gpu.inventory import gpu_inventory
+from lazymem.gpu.training import training
 from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import role_config
-from lazymem.llm.servers import VllmServer, visible_devices
-from lazymem.placement import MAX_UTIL, gpu_inventory, training
+from lazymem.llm.vllm_server import VllmServer, visible_devices
 from lazymem.preflight import rl_env_problems, stop
 from lazymem.subproc import stream
-from lazymem.train.checkpoint_select import select_rl_checkpoint
-from lazymem.train.grpo_engine import GrpoEngine, Launch, check_disk, check_inputs
+from lazymem.tasks.contract import Task
+from lazymem.train.grpo.checkpoints import select_rl_checkpoint
+from lazymem.train.grpo.engine import GrpoEngine, Launch, check_disk, check_inputs, engine_packages
 from lazymem.train.sft_data import check_response_cap, sft_thinking
 
 log = logging.getLogger(__name__)
@@ -47,7 +52,7 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def judge_command(cfg, gpu: int | None) -> str:
     """The shell command that serves the quality-reward judge as ``llm.roles.reward_judge`` expects it:
     ``llm.common``'s model and vLLM options, the role's served name and port, ``--max-model-len`` its
-    ``context_tokens``, the GPU share the plan checks it fits (placement.MAX_UTIL), on GPU `gpu` (an index
+    ``context_tokens``, the GPU share the plan checks it fits (gpu.budget.MAX_UTIL), on GPU `gpu` (an index
     among the visible GPUs)."""
     rc = role_config(cfg.llm, "reward_judge")
     vllm = rc.get("vllm") or {}
@@ -60,7 +65,7 @@ def judge_command(cfg, gpu: int | None) -> str:
         host=url.hostname or "127.0.0.1",
         port=url.port or 8000,
         max_model_len=rc.get("context_tokens"),
-        gpu_memory_utilization=MAX_UTIL,  # the share placement.training checks the judge against
+        gpu_memory_utilization=MAX_UTIL,  # the share gpu.training checks the judge against
         **{k: vllm[k] for k in keep if k in vllm},
     )
     where = "" if gpu is None else f"CUDA_VISIBLE_DEVICES={visible_devices(str(gpu))} "
@@ -109,20 +114,21 @@ def _before_training(cfg, reward: dict | None, launch: Launch, python: str | Non
 
 def problems(cfg) -> list[str]:
     """What this job would stop on, checked before a chain starts (lazymem/chain/preflight.py): the engine's
-    settings, its Python and, for VERL, the RL environment and the GPUs; when the curriculum can reach
-    phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the teacher and SFT first).
+    settings, its Python and, where the engine needs them, the RL environment and the GPUs; when the
+    curriculum can reach phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the
+    teacher and SFT first).
     The inputs come from earlier stages and are checked when it starts."""
-    engine, g, reward = _settings(cfg)
-    judge = judge_problems(cfg, None) if reward is not None and g.get("curriculum") else []
+    engine, grpo, reward = _settings(cfg)
+    judge = judge_problems(cfg, None) if reward is not None and grpo.get("curriculum") else []
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            launch = engine.launch(g, reward, Path(scratch))
+            launch = engine.launch(grpo, reward, Path(scratch))
         except ValueError as e:
             return [str(e), *judge]
-    if missing := _python_problem(g.get("python")):
+    if missing := _python_problem(grpo.get("python")):
         return [missing, *judge]
-    found = rl_env_problems(g.get("python")) if launch.rl_env else []
-    return found + [p for p in [_gpu_problem(launch), _cuda_problem(g, launch)] if p] + judge
+    found = rl_env_problems(grpo.get("python")) if launch.rl_env else []
+    return found + [p for p in [_gpu_problem(launch), _cuda_problem(grpo, launch)] if p] + judge
 
 
 def _python_problem(python: str | None) -> str | None:
@@ -136,18 +142,18 @@ def _python_problem(python: str | None) -> str | None:
 
 
 def _gpu_problem(launch: Launch) -> str | None:
-    """Fewer GPUs on this node than the engine asks for (VERL would wait for them forever)."""
+    """Fewer GPUs on this node than the engine asks for (its trainer would wait for them forever)."""
     if launch.gpus and (gpus := gpu_count()) < launch.gpus:
         return f"train_grpo needs {launch.gpus} GPUs on this node (train.grpo.n_gpus_per_node), found {gpus}"
     return None
 
 
-def _cuda_problem(g: dict, launch: Launch) -> str | None:
+def _cuda_problem(grpo: dict, launch: Launch) -> str | None:
     """On a GPU node, a trainer Python whose torch cannot reach the GPUs it trains on (the core
     environment's default torch, train.grpo.python null, is the CPU build)."""
     if not launch.gpus or not gpu_count():
         return None
-    return cuda_torch_problem(g.get("python") or sys.executable, "train_grpo on GPUs", "rl")
+    return cuda_torch_problem(grpo.get("python") or sys.executable, "train_grpo on GPUs", "rl")
 
 
 def last_error(log: Path) -> str | None:
@@ -166,47 +172,49 @@ def last_error(log: Path) -> str | None:
 def _settings(cfg) -> tuple[GrpoEngine, dict, dict | None]:
     """The engine, train.grpo as a dict for it, and train.reward with the judge's role resolved."""
     engine: GrpoEngine = instantiate(cfg.train.grpo.engine)
-    g = OmegaConf.to_container(cfg.train.grpo, resolve=True)
-    del g["engine"]
-    g["project_name"] = g["project_name"] or tracking.options(cfg).get("project")  # the run's own project
-    g["reports"] = tracking.trainer_reports(cfg)  # the trainer logs to W&B when this run is tracked
-    if g.get("enable_thinking") is None and g.get("model"):  # prompts formatted as the SFT data was
-        g["enable_thinking"] = sft_thinking(g["model"])
+    grpo = OmegaConf.to_container(cfg.train.grpo, resolve=True)
+    del grpo["engine"]
+    # the run's own project
+    grpo["project_name"] = grpo["project_name"] or tracking.options(cfg).get("project")
+    grpo["reports"] = tracking.trainer_reports(cfg)  # the trainer logs to W&B when this run is tracked
+    if grpo.get("enable_thinking") is None and grpo.get("model"):  # prompts formatted as the SFT data was
+        grpo["enable_thinking"] = sft_thinking(grpo["model"])
     reward = cfg.train.get("reward")
     reward = OmegaConf.to_container(reward, resolve=True) if reward is not None else None
     if reward is not None:  # the quality judge is the reward_judge role; the reward gets it resolved
         cache = cfg.llm.cache_path if cfg.llm.get("cache", True) else None
         reward["judge"] |= {"llm": role_config(cfg.llm, "reward_judge"), "cache_path": cache}
-    return engine, g, reward
+    return engine, grpo, reward
 
 
 def run(cfg, run) -> dict:
-    engine, g, reward = _settings(cfg)
+    engine, grpo, reward = _settings(cfg)
     try:
-        check_inputs(g)
-        check_response_cap(g["model"], g["max_response_length"], g["max_sft_over_cap"])  # SFT targets fit?
-        launch = engine.launch(g, reward, run.dir)
+        check_inputs(grpo)
+        # the SFT targets fit the response cap?
+        check_response_cap(grpo["model"], grpo["max_response_length"], grpo["max_sft_over_cap"])
+        launch = engine.launch(grpo, reward, run.dir)
     except ValueError as e:  # a missing input (data, SFT checkpoint) or inconsistent settings
         raise SystemExit(f"error: {e}") from None
     (run.dir / "command.sh").write_text("#!/bin/sh\n" + shlex.join(launch.command) + "\n", encoding="utf-8")
     result = {
         "engine": engine.name,
         **launch.info,
-        "dry_run": bool(g["dry_run"]),
+        "dry_run": bool(grpo["dry_run"]),
         "command": str(run.dir / "command.sh"),
     }
-    if g["dry_run"]:
+    if grpo["dry_run"]:
         print(f"dry run ({engine.name}): {run.dir / 'command.sh'}")
         return result
-    if missing := _python_problem(g.get("python")):
+    if missing := _python_problem(grpo.get("python")):
         raise SystemExit(f"error: {missing}")
     if short := _gpu_problem(launch):
         raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
-    if problem := _cuda_problem(g, launch):
+    if problem := _cuda_problem(grpo, launch):
         raise SystemExit(f"error: {problem}")
-    devices = _before_training(cfg, reward, launch, g.get("python"))
+    devices = _before_training(cfg, reward, launch, grpo.get("python"))
     try:
-        check_disk(g["checkpoint_dir"], g["min_free_gib"], launch.disk)
+        check_disk(grpo["checkpoint_dir"], grpo["min_free_gib"], launch.disk)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     prefix = "".join(f"{k}={v} " for k, v in devices.items())
@@ -224,6 +232,17 @@ def run(cfg, run) -> dict:
     if not launch.validates:
         log.warning("no checkpoint chosen: the validation log needs train.grpo.curriculum=true")
         return result
-    choice = select_rl_checkpoint(g["checkpoint_dir"], g["select_metric"], engine.name)
+    choice = select_rl_checkpoint(grpo["checkpoint_dir"], engine, grpo["select_metric"])
     print(f"selected RL checkpoint: {choice['path']} ({choice['metric']} = {choice['value']})")
     return {**result, "selected_checkpoint": choice["path"], "selected_step": choice["step"]}
+
+
+def versions(cfg) -> dict[str, str]:
+    """The packages of the engine train.grpo.engine names (every bundled engine's when none), in
+    train.grpo.python's environment (null: this one)."""
+    python = cfg.train.grpo.get("python")
+    packages = engine_packages(OmegaConf.select(cfg.train.grpo, "engine._target_", default=None))
+    return env_versions(venv_of(python) if python else None, packages)
+
+
+TASK = Task(run, problems=problems, versions=versions)

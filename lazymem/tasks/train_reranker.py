@@ -29,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from lazymem.data import load_dataset
 from lazymem.data.schema import Dataset
 from lazymem.retrieval.base import check_template, render
-from lazymem.retrieval.dense import offline_env, resolve_device, resolve_model
 from lazymem.retrieval.hybrid import fingerprint
+from lazymem.retrieval.weights import offline_env, resolve_device, resolve_model
+from lazymem.tasks.contract import Task
 
 
 def run(cfg, run) -> dict:
@@ -172,3 +173,6 @@ def fit(pairs: list[tuple[str, str, int]], samples: list[dict], opts, out_dir) -
     after = evaluator(model)
     model.save_pretrained(str(out_dir / "reranker"))
     return {"ndcg@10_before": before["val_ndcg@10"], "ndcg@10_after": after["val_ndcg@10"], **after}
+
+
+TASK = Task(run)

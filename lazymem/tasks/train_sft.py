@@ -22,9 +22,11 @@ import yaml
 from omegaconf import OmegaConf
 
 from lazymem import tracking
+from lazymem.chain.versions import env_versions, venv_of
 from lazymem.cuda_env import cuda_torch_problem
 from lazymem.llm.backends import has_gpu
 from lazymem.subproc import stream
+from lazymem.tasks.contract import Task
 from lazymem.train.checkpoint_disk import check_disk, sft_need
 from lazymem.train.checkpoint_select import sft_selection
 from lazymem.train.sft_config import checkpoint_record, needs_torchrun, train_yaml
@@ -122,3 +124,11 @@ def run(cfg, run) -> dict:
     (run.dir / "checkpoint.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"SFT checkpoint: {record['path']}")
     return {**result, "checkpoint": record["path"], **(record.get("results") or {})}
+
+
+def versions(cfg) -> dict[str, str]:
+    """LLaMA-Factory's version in train.sft.venv: what computes the model."""
+    return env_versions(venv_of(cfg.train.sft.venv), ("llamafactory",))
+
+
+TASK = Task(run, problems=problems, versions=versions)

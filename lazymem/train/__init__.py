@@ -1,1 +1,2 @@
-"""Train the memory model: RL rows, the GRPO reward (gate, action, quality), curriculum, diagnostics."""
+"""Train the memory model: SFT (LLaMA-Factory's data and config), GRPO (grpo/: the reward, its curriculum and
+the engines), the checkpoints' disk space, and the export to GGUF."""

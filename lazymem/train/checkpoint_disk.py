@@ -1,21 +1,13 @@
 """The disk space a training run's checkpoints take, estimated from the model's parameter count, and the check
-that refuses to start without it (train_grpo with VERL or TRL, train_sft with LLaMA-Factory).
+that refuses to start without it (every GRPO engine's launch says what its checkpoints need; train_sft's
+LLaMA-Factory here).
 
-Bytes per parameter of one checkpoint, as each trainer writes it (the pinned packages' sources):
+Bytes per parameter of one checkpoint, as each trainer writes it (the pinned packages' sources; a GRPO
+engine's own in its folder):
 
-- VERL 0.9.1's FSDP actor is built in fp32 (engine ``model_dtype: fp32``: verl/trainer/config/engine/
-  fsdp.yaml:33, verl/workers/engine/fsdp/transformer_impl.py:258-264). Every rank saves its model shard
-  ("model") and its AdamW state, exp_avg and exp_avg_sq in the parameters' fp32 ("optimizer"), the scheduler
-  and RNG ("extra"): verl/utils/checkpoint/fsdp_checkpoint_manager.py:310-362, so 4 + 8 = 12; "hf_model" adds
-  a bfloat16 copy (fsdp_checkpoint_manager.py:422-462), 2 more. Before a save it deletes down to
-  max_actor_ckpt_to_keep - 1 (checkpoint_manager.py:166-179; with 1 it keeps the old one until the new is
-  saved, :181-195), so K are on disk at once (2 for K = 1).
 - The HF Trainer (TRL 1.16's GRPOTrainer, LLaMA-Factory 0.9.5's) saves the model as it is held, then, unless
   ``save_only_model``, the optimiser, scheduler and RNG (core env transformers 5.10.4 trainer.py:3060-3100),
-  and deletes beyond ``save_total_limit`` only after that (:3119-3126): K + 1 on disk at once. TRL's full
-  fine-tune holds fp32 weights (trl_engine.weights_dtype): 4 + 8 = 12; its LoRA adapters are fp32 too, PEFT
-  upcasting them (trl/trainer/grpo_trainer.py:452-476), and only they and their optimiser state are saved: 12
-  per adapter parameter.
+  and deletes beyond ``save_total_limit`` only after that (:3119-3126): K + 1 on disk at once.
 - LLaMA-Factory upcasts a full fine-tune's trainable parameters to fp32 (llamafactory/model/adapter.py:
   313-328); under DeepSpeed with bf16 the engine casts the module back to bf16 (deepspeed/runtime/
   engine.py:2080-2088), so a checkpoint holds the bf16 weights twice, as safetensors (.venv-sft's
@@ -35,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazymem.model_memory import lora_params, param_total
+from lazymem.gpu.model_memory import lora_params, param_total
 
 GIB = 1024**3
 # the estimate's allowance for what it leaves out (tokenizer files, logs, trainer state) and its error
@@ -50,7 +42,8 @@ class DiskNeed:
     why: str  # how it was reached, for the message
 
 
-def _need(count: int, per_ckpt: float, final: float, what: str) -> DiskNeed:
+def disk_need(count: int, per_ckpt: float, final: float, what: str) -> DiskNeed:
+    """`count` checkpoints of `per_ckpt` GiB and a final model of `final` GiB, with the margin."""
     total = (count * per_ckpt + final) * (1 + MARGIN)
     extra = f" + the final model's {final:.1f}" if final else ""
     return DiskNeed(total, f"{count} checkpoints x {per_ckpt:.1f} GiB ({what}){extra} + {MARGIN:.0%}")
@@ -68,27 +61,13 @@ def local_model(model: str | None) -> Path | None:
     return max(snapshots, key=lambda p: p.stat().st_mtime).parent if snapshots else None
 
 
-def _params(model: str | None) -> tuple[int, str, Path] | None:
+def model_params(model: str | None) -> tuple[int, str, Path] | None:
+    """The parameter count of `model`, its name for a message and its directory; None when unknown."""
     path = local_model(model)
     params = param_total(path) if path else None
     if params is None or path is None:
         return None
     return params, f"{Path(str(model)).name}'s {params / 1e9:.2f}B parameters", path
-
-
-def verl_need(g: Mapping[str, Any]) -> DiskNeed | None:
-    """VERL's FSDP checkpoints (train/grpo=verl); None when the model's size cannot be read."""
-    if (found := _params(g.get("model"))) is None:
-        return None
-    params, name, _ = found
-    contents = set(g.get("save_contents") or ())
-    per = 4 * ("model" in contents) + 8 * ("optimizer" in contents) + 2 * ("hf_model" in contents)
-    keep = int(g.get("max_actor_ckpt_to_keep") or 0)
-    if keep <= 0:  # null: every checkpoint stays, one per save_freq steps of the whole run
-        steps = int(g["data"]["size"]) // int(g["train_batch_size"]) * int(g["total_epochs"])
-        keep = math.ceil(steps / int(g["save_freq"]))
-    what = f"{name} x {per} bytes: {', '.join(sorted(contents))}"
-    return _need(max(keep, 2), params * per / GIB, 0.0, what)
 
 
 def hf_trainer_need(
@@ -97,24 +76,16 @@ def hf_trainer_need(
     """An HF Trainer's checkpoints: `count` on disk at once, `per_param` bytes each per model parameter (per
     adapter parameter with `lora_rank`), and a final model of `final_bytes` per model parameter; None when
     the model's size cannot be read."""
-    if (found := _params(model)) is None:
+    if (found := model_params(model)) is None:
         return None
     params, name, path = found
     if not lora_rank:
         final = params * final_bytes / GIB
-        return _need(count, params * per_param / GIB, final, f"{name} x {per_param} bytes")
+        return disk_need(count, params * per_param / GIB, final, f"{name} x {per_param} bytes")
     if (adapter := lora_params(path, lora_rank)) is None:
         return None
     what = f"rank-{lora_rank} adapters on {name}: {adapter / 1e6:.0f}M x {per_param} bytes"
-    return _need(count, adapter * per_param / GIB, 0.0, what)
-
-
-def trl_need(g: Mapping[str, Any]) -> DiskNeed | None:
-    """TRL's GRPOTrainer checkpoints (train/grpo=trl): save_total_limit = max_actor_ckpt_to_keep, + 1 while
-    the Trainer rotates; a LoRA run saves its adapters alone."""
-    lora = g.get("lora") or {}
-    rank = int(lora["r"]) if lora.get("enabled") else None
-    return hf_trainer_need(g.get("model"), 12, int(g["max_actor_ckpt_to_keep"]) + 1, lora_rank=rank)
+    return disk_need(count, adapter * per_param / GIB, 0.0, what)
 
 
 def sft_need(train: Mapping[str, Any]) -> DiskNeed | None:

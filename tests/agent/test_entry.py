@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from lazymem.agent.entry import check, compose, load, problems
+from lazymem.agent.entry import check, compose, load, problems, refuse_gone_overrides
 from lazymem.agent.memory import Memory
-from lazymem.agent.settings import ConfigError, Settings
+from lazymem.agent.settings import Settings, one_line
+from lazymem.validate import ConfigError
 
 from agent_helpers import ROOT
 
@@ -29,10 +30,22 @@ def test_a_good_config_gives_its_settings():
     assert cfg.method._target_.startswith("lazymem.methods.rag.")
 
 
+def test_the_old_kind_switch_is_refused_naming_the_new_one():
+    message = "agent.store.kind is gone: choose the store with agent/store=postgres (or agent/store=sqlite)"
+    for override in ("agent.store.kind=postgres", "+agent.store.kind=sqlite", "++agent.store.kind=x"):
+        with pytest.raises(ConfigError) as e:
+            refuse_gone_overrides(["serve.port=0", override])
+        assert one_line(e.value) == message
+        with pytest.raises(ConfigError) as e:
+            compose([override])
+        assert one_line(e.value) == message
+    refuse_gone_overrides(["agent/store=postgres", "agent.store.kinds=1"])  # others pass
+
+
 def test_a_bad_override_is_one_line():
     with pytest.raises(ConfigError) as e:
         compose(["agent.bogus=1"])
-    assert "agent.bogus" in str(e.value) and "\n" not in str(e.value)
+    assert "agent.bogus" in one_line(e.value) and "\n" not in one_line(e.value)
 
 
 @pytest.mark.parametrize(
@@ -47,13 +60,15 @@ def test_a_bad_override_is_one_line():
 def test_every_check_fails_in_one_line_naming_the_key(override, named):
     with pytest.raises(ConfigError) as e:
         check(compose(["method=rag", override]))
-    assert named in str(e.value) and "\n" not in str(e.value)
+    assert named in one_line(e.value) and "\n" not in one_line(e.value)
 
 
 def test_several_problems_share_the_line():
     with pytest.raises(ConfigError) as e:
         check(compose(["method=rag", "method.top_k=0", "retrieval.n=0"]))
-    assert str(e.value).count("; ") == 1 and "method.top_k" in str(e.value) and "retrieval.n" in str(e.value)
+    line = one_line(e.value)
+    assert len(e.value.problems) == 2 and line.count("; ") == 1
+    assert "method.top_k" in line and "retrieval.n" in line
 
 
 def test_only_the_roles_the_method_calls_are_checked():

@@ -1,6 +1,6 @@
 """The PostgreSQL store (lazymem/agent/postgres_store.py) on a real, throwaway PostgreSQL cluster: among the
-rest, two adds of one idempotency key at once, the migration of databases of the versions before the shared
-schema, blocks deleted and rewritten with the messages, and a statement past wait_s. The pool's own faults
+rest, two adds of one idempotency key at once, the migration of databases of earlier schema versions,
+blocks deleted and rewritten with the messages, and a statement past wait_s. The pool's own faults
 (dropped connections, an outage) are tests/agent/test_postgres_pool.py's."""
 
 from __future__ import annotations
@@ -164,32 +164,22 @@ def _vectors(store: PostgresStore, user: str) -> set[tuple[str, str]]:
     return {*rows, *((name, key) for name, data in blocks for key in vector_blocks.decode(bytes(data))[0])}
 
 
-def _put_vectors(store: PostgresStore, user: str, model: str, vectors: dict, legacy: bool) -> None:
-    """Store vectors as today's cache does (blocks), or as a database from before the blocks did (rows)."""
-    if not legacy:
-        derived = store.derived("t", user, _scratch(), store.snapshot("t", user).generation)
-        derived.storage.embedding_cache().put(model, vectors)
-        return
-    with store.pool.pool.connection() as conn:
-        conn.cursor().executemany(
-            "INSERT INTO derived (tenant, user_id, kind, model, key, value, created) "
-            "VALUES ('t', %s, 'embedding', %s, %s, %s, 0)",
-            [(user, model, key, np.asarray(v, dtype="<f4").tobytes()) for key, v in vectors.items()],
-        )
+def _put_vectors(store: PostgresStore, user: str, model: str, vectors: dict) -> None:
+    """Store vectors as the user's embedding cache does (blocks)."""
+    derived = store.derived("t", user, _scratch(), store.snapshot("t", user).generation)
+    derived.storage.embedding_cache().put(model, vectors)
 
 
 def _keys_by_text(user: str, deleted) -> dict[str, set[str]]:
     return {"enc": {f"key-of-{m.text}" for m in deleted}}  # as Retriever.vector_keys names them
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["blocks", "legacy-rows"])
-def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(store, pg_dsn, legacy):
-    """Also for a user whose vectors are still `derived` rows (a database from before the blocks)."""
+def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(store, pg_dsn):
     store.add("t", "u", new("a", "b", "c"))
     derived = store.derived("t", "u", _scratch(), store.snapshot("t", "u").generation)
     vectors = {f"key-of-{t}": np.full(4, i, dtype=np.float32) for i, t in enumerate("abc")}
-    _put_vectors(store, "u", "enc", vectors, legacy)
-    _put_vectors(store, "u", "old-encoder", {"key-of-c": np.zeros(4, dtype=np.float32)}, legacy)
+    _put_vectors(store, "u", "enc", vectors)
+    _put_vectors(store, "u", "old-encoder", {"key-of-c": np.zeros(4, dtype=np.float32)})
     derived.llm_cache().put("window", {"reply": "KEEP a"})
     seen = []
 
@@ -213,7 +203,7 @@ def test_a_partial_deletion_keeps_the_other_messages_vectors_and_drops_the_rest(
     assert store.forget("t", "u", [3], vector_keys=_keys_by_text) == 1  # the last message: all goes
     assert _vectors(store, "u") == set()
     store.add("t", "v", new("d"))
-    _put_vectors(store, "v", "enc", {"key-of-d": np.ones(4, dtype=np.float32)}, legacy)
+    _put_vectors(store, "v", "enc", {"key-of-d": np.ones(4, dtype=np.float32)})
     store.add("t", "v", new("e"))
     assert store.forget("t", "v", [5]) == 1  # no vector_keys: every derived row goes
     assert _vectors(store, "v") == set()
@@ -260,8 +250,7 @@ def test_a_second_add_of_a_key_waits_for_the_first_and_replays_its_ids(store, pg
     assert [m.text for m in store.snapshot("t", "u").messages] == ["a", "b"]
 
 
-# The schema PostgreSQL databases had before it was shared: version 1 (the first 11 statements), and what
-# version 2 added
+# A database of schema version 2 (the first 11 statements), and what version 3 added, as lazymem wrote them
 OLD_SCHEMA = [
     """CREATE TABLE messages (
         tenant TEXT NOT NULL, user_id TEXT NOT NULL, id BIGINT NOT NULL, session_id TEXT NOT NULL,
@@ -295,27 +284,27 @@ OLD_SCHEMA = [
 ]
 
 
-@pytest.mark.parametrize("old", [1, 2])
+@pytest.mark.parametrize("old", [2, 3])
 def test_a_database_of_an_earlier_version_is_migrated_with_its_messages_ids_and_sources(pg_dsn, old):
     with psycopg.connect(pg_dsn) as conn:  # the old version's schema, and one add as that version wrote it
-        for statement in OLD_SCHEMA[: 11 if old == 1 else None]:
+        for statement in OLD_SCHEMA[: 11 if old == 2 else None]:
             conn.execute(statement)
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
         conn.execute("INSERT INTO schema_version VALUES (%s)", (old,))
         conn.execute("INSERT INTO tenant_ids VALUES ('t', 7)")
         conn.execute(
             "INSERT INTO messages (tenant, user_id, id, session_id, time, role, text, added, source) "
-            "VALUES ('t', 'u', 7, 's1', '2025-01-01', 'user', 'from version 1', 100, 'f:1')"
+            "VALUES ('t', 'u', 7, 's1', '2025-01-01', 'user', 'from an old version', 100, 'f:1')"
         )
         conn.execute("INSERT INTO generations VALUES ('t', 'u', nextval('generation_seq'))")
         conn.execute("INSERT INTO pending (tenant, user_id, mark) VALUES ('t', 'u', nextval('pending_seq'))")
 
     store = PostgresStore(pg_dsn, pool_size=2)
-    assert [(m.id, m.text) for m in store.snapshot("t", "u").messages] == [(7, "from version 1")]
+    assert [(m.id, m.text) for m in store.snapshot("t", "u").messages] == [(7, "from an old version")]
     ready = store.ready()  # pending since the upgrade
     assert ready.backlog == 1 and ready.oldest_pending_s < 5
-    assert store.add("t", "u", new("from version 1", source="f:1")) == Added([7], 0)
-    renamed = NewMessage("user", "from version 1", "t", "s", "v2:1", ("f:1",))
+    assert store.add("t", "u", new("from an old version", source="f:1")) == Added([7], 0)
+    renamed = NewMessage("user", "from an old version", "t", "s", "v2:1", ("f:1",))
     assert store.add("t", "u", [renamed]) == Added([7], 0)
     key = Idempotency("k", "d")
     added = store.add("t", "u", new("next"), key)

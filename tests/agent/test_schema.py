@@ -1,6 +1,5 @@
 """The stores' one schema (lazymem/agent/schema.py): each step written once for both dialects, versions in
-order, PostgreSQL's old numbering mapped onto the shared one, and the all-or-none check of a deletion by
-ids."""
+order, and the all-or-none check of a deletion by ids."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from lazymem.agent.schema import (
     VERSION,
     blocks_table,
     check_known,
-    recorded,
     steps_after,
 )
 
@@ -69,11 +67,6 @@ def test_the_sqlite_statements_build_every_table_in_a_new_file():
     conn.execute(blocks_table(SQLITE, if_absent=True))  # a second time changes nothing
     with pytest.raises(sqlite3.OperationalError, match="already exists"):
         conn.execute(blocks_table(SQLITE))
-
-
-def test_postgres_old_numbering_maps_onto_the_shared_versions():
-    assert [recorded(v, POSTGRES) for v in (1, 2, 4)] == [2, 3, 4]
-    assert [recorded(v, SQLITE) for v in (2, 3, 4)] == [2, 3, 4]  # SQLite counted alike already
 
 
 def test_a_deletion_by_ids_is_all_or_none():

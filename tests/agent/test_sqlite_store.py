@@ -1,8 +1,8 @@
 """The SQLite store (lazymem/agent/sqlite_store.py): atomic adds under kill -9, writers in several processes
 and threads at once, forget and purge that leave no deleted text in any file, per-tenant ids, the
-migration of a version-1 file (one id counter for all tenants) that keeps every id a client holds and of a
-version-2 file (before idempotency keys and blocks), an add of a key that waits for another process's add
-of it, and a write lock held too long that is StoreUnavailable, not an error of the store."""
+migration of a version-2 file (before idempotency keys and blocks) and the refusal of a newer one, an add
+of a key that waits for another process's add of it, and a write lock held too long that is
+StoreUnavailable, not an error of the store."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from lazymem.agent import sqlite_store
+from lazymem.agent import store_sql
 from lazymem.agent.errors import StoreUnavailable
 from lazymem.agent.schema import VERSION
 from lazymem.agent.sqlite_store import SQLiteStore
@@ -115,14 +115,6 @@ def test_threads_and_processes_write_at_once_without_lock_errors(tmp_path):
     assert [m.text for m in store.snapshot("t", "proc").messages] == [f"p{k}" for k in range(100)]
 
 
-V1_SCHEMA = """
-CREATE TABLE messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, user TEXT NOT NULL,
-    session_id TEXT NOT NULL, time TEXT NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL, added REAL NOT NULL
-)
-"""
-
-
 def new(text: str, source: str | None = None) -> NewMessage:
     return NewMessage("user", text, "2025-01-01", "s1", source)
 
@@ -137,35 +129,12 @@ def test_each_tenant_counts_its_own_ids(tmp_path):
     store.close()
 
 
-def test_a_version_1_file_keeps_its_ids(tmp_path):
-    conn = sqlite3.connect(tmp_path / "memory.sqlite")
-    conn.execute(V1_SCHEMA)
-    rows = [("a", "u", "a1"), ("b", "v", "b1"), ("a", "u", "a2"), ("b", "v", "b2"), ("a", "w", "a3")]
-    for tenant, user, text in rows:
-        conn.execute(
-            "INSERT INTO messages (tenant, user, session_id, time, role, text, added) VALUES (?,?,?,?,?,?,0)",
-            (tenant, user, "s", "t", "user", text),
-        )
-    conn.commit()
-    conn.close()
-
-    store = SQLiteStore(tmp_path)
-    assert [(m.id, m.text) for m in store.snapshot("a", "u").messages] == [(1, "a1"), (3, "a2")]
-    assert [m.id for m in store.snapshot("b", "v").messages] == [2, 4]
-    assert store.add("a", "u", [new("a4")]).ids == [6]  # after tenant a's largest id
-    assert store.add("b", "v", [new("b3")]).ids == [5]  # after tenant b's own
-    assert store.forget("a", "u", [3]) == 1
-    generations = store.generations([("a", "u"), ("a", "w"), ("b", "v"), ("b", "nobody")])
-    assert set(generations) == {("a", "u"), ("a", "w"), ("b", "v")}
-    store.close()
-
+def test_a_file_of_a_newer_version_is_refused(tmp_path):
+    SQLiteStore(tmp_path).close()
     reopened = SQLiteStore(tmp_path)  # migrated once: a second open changes nothing
-    assert [m.id for m in reopened.snapshot("a", "u").messages] == [1, 6]
     reopened.close()
     conn = sqlite3.connect(tmp_path / "memory.sqlite")
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)]
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert "messages_v1" not in tables
     conn.execute("UPDATE schema_version SET version = ?", (VERSION + 1,))
     conn.commit()
     conn.close()
@@ -253,14 +222,14 @@ def test_a_second_add_of_a_key_waits_for_the_first_and_replays_its_ids(tmp_path,
     then finds the key and replays, storing nothing."""
     first_store, second_store = SQLiteStore(tmp_path), SQLiteStore(tmp_path)
     inside, release = threading.Event(), threading.Event()
-    reserve = sqlite_store._reserve_ids
+    reserve = store_sql.reserve_ids
 
     def held(*args):  # the first add holds its transaction open here
         inside.set()
         release.wait(10)
         return reserve(*args)
 
-    monkeypatch.setattr(sqlite_store, "_reserve_ids", held)
+    monkeypatch.setattr(store_sql, "reserve_ids", held)
     key, results = Idempotency("k", "d"), {}
 
     def add(name: str, store: SQLiteStore) -> None:

@@ -16,8 +16,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from lazymem.agent.entry import compose
 from lazymem.agent.errors import BadInput, UnknownMessages, UnknownUser
 from lazymem.agent.moving import ImportStopped
-from lazymem.agent.settings import ConfigError, Settings, TelemetrySettings
+from lazymem.agent.settings import Settings, TelemetrySettings, one_line
 from lazymem.agent.telemetry import Telemetry, store_id
+from lazymem.validate import ConfigError
 
 from agent_helpers import ROOT
 from helpers_telemetry import KEY, TRACEPARENT, Recorded, http_client, mcp_calls, rag_memory
@@ -208,7 +209,7 @@ def test_the_settings_are_off_by_default_and_each_bad_value_names_its_key():
     ]:
         with pytest.raises(ConfigError) as e:
             _settings(**{key: value})
-        assert str(e.value).startswith(expected), str(e.value)
+        assert one_line(e.value).startswith(expected), one_line(e.value)
     with pytest.raises(ConfigError) as e:
         _settings(endpoint="ftp://user:hunter2@collector")
     assert "hunter2" not in str(e.value)

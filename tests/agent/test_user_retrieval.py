@@ -180,11 +180,9 @@ def test_local_blocks_are_a_file_of_the_users_folder(tmp_path):
     assert (tmp_path / "alice" / "blocks.sqlite").is_file()
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["blocks", "legacy-file"])
-def test_keep_vectors_keeps_only_the_remaining_messages_vectors_and_no_other_file(tmp_path, legacy):
-    """Also from a folder of a store from before the blocks, whose vectors are still in embeddings.sqlite."""
+def test_keep_vectors_keeps_only_the_remaining_messages_vectors_and_no_other_file(tmp_path):
     storage = LocalUserStorage(tmp_path / "alice")
-    cache = EmbeddingCache(tmp_path / "alice") if legacy else storage.embedding_cache()
+    cache = storage.embedding_cache()
     gone = np.full(8, 7.25, dtype=np.float32)  # a byte pattern to look for in the files afterwards
     cache.put("enc", {"kept": np.ones(8, dtype=np.float32), "gone": gone})
     cache.put("old-encoder", {"kept": np.zeros(8, dtype=np.float32)})
@@ -206,47 +204,6 @@ def test_keep_vectors_keeps_only_the_remaining_messages_vectors_and_no_other_fil
     again.close()
     data = (tmp_path / "alice" / "blocks.sqlite").read_bytes()
     assert gone.tobytes() not in data and bm25 not in data
-
-
-def _user_dir(root):
-    (found,) = (root / "users").iterdir()
-    return found
-
-
-def test_a_users_folder_from_before_the_blocks_is_moved_and_not_embedded_again(tmp_path, monkeypatch):
-    """A folder as today's store left it (vectors in embeddings.sqlite, no blocks): the first query moves
-    the vectors into blocks, deletes the file, and encodes only the question."""
-    import sqlite3
-
-    from lazymem import Memory
-    from lazymem.agent.vector_blocks import KIND, decode
-
-    texts = ["My bike is red.", "My locker code is 4711.", "I ski in winter."]
-    overrides = ["method=rag", "method.top_k=2", f"agent.dir={tmp_path / 'data'}", f"paths.cache={tmp_path}"]
-    with Memory.from_config(overrides) as memory:
-        memory.add("kim", [{"role": "user", "text": t} for t in texts])
-        assert memory.index_pending() == 1
-    user_dir = _user_dir(tmp_path / "data")
-    blocks = LocalUserStorage(user_dir).blocks()
-    (model,) = blocks.names(KIND)
-    keys, matrix = decode(blocks.read(KIND, model)[0])
-    legacy = EmbeddingCache(user_dir)  # the same vectors as the store before the blocks kept them
-    legacy.put(model, dict(zip(keys, matrix, strict=True)))
-    legacy.close()
-    for name in ("blocks.sqlite", "blocks.sqlite-wal", "blocks.sqlite-shm"):
-        (user_dir / name).unlink(missing_ok=True)
-    with sqlite3.connect(user_dir / "embeddings.sqlite") as conn:
-        assert conn.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (3,)
-
-    with Memory.from_config(overrides) as memory:
-        encoded: list[str] = []
-        encoder = memory.retriever.retrievers["dense"].encoder
-        real_encode = encoder.encode
-        monkeypatch.setattr(encoder, "encode", lambda batch: encoded.extend(batch) or real_encode(batch))
-        assert "red" in memory.query("kim", "What colour is my bike?").text
-        assert encoded == ["What colour is my bike?"]  # no message text encoded again
-    assert not (user_dir / "embeddings.sqlite").exists()
-    assert sorted(LocalUserStorage(user_dir).blocks().read(KIND, model)) == [0]
 
 
 def test_a_memory_serves_a_retriever_with_only_the_research_hooks(tmp_path, monkeypatch, toy_modules, caplog):

@@ -1,5 +1,4 @@
-"""Vector blocks: the codec, the block-backed embedding cache (same behaviour as EmbeddingCache), and the move
-of vectors stored one per key into blocks."""
+"""Vector blocks: the codec, and the block-backed embedding cache (same behaviour as EmbeddingCache)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from lazymem.agent.vector_blocks import (
     decode,
     decode_block,
     encode,
-    import_embedding_file,
-    legacy_blocks,
     without,
 )
 from lazymem.retrieval.embed_cache import EmbeddingCache
@@ -298,66 +295,10 @@ def test_width_mismatch_and_close():
         BlockEmbeddingCache(blocks, block_size=0)
 
 
-def test_legacy_rows_become_blocks():
-    rows = [("a", vec(0).tobytes()), ("b", vec(1).tobytes()), ("a", vec(2).tobytes())]
-    rows += [("short", vec(3, 2).tobytes()), ("odd", b"abc"), ("c", vec(4).tobytes())]
-    out = legacy_blocks(rows, block_size=2)
-    assert sorted(out) == [0, 1]
-    assert decode(out[0])[0] == ["a", "b"] and decode(out[1])[0] == ["c"]
-    np.testing.assert_array_equal(decode(out[0])[1][0], vec(0))
-    assert legacy_blocks([]) == {}
-
-
-def test_an_embeddings_file_moves_into_blocks(tmp_path):
-    legacy = EmbeddingCache(tmp_path)
-    legacy.put("m1", {f"k{i}": vec(i, 384) for i in range(5)})
-    legacy.put("m2", {"x": vec(9, 8)})
-    legacy.close()
-    path = legacy.path
-
-    refusing = FakeBlocks()
-    refusing.refuse = True
-    assert import_embedding_file(path, refusing) is None
-    assert path.exists()
-
-    blocks = FakeBlocks()
-    blocks.write(KIND, "m1", {0: encode(["stale"], np.ones((1, 384), np.float32))})  # a half-done earlier run
-    assert import_embedding_file(path, blocks, block_size=2) == 6
-    assert not path.exists() and not path.with_name(path.name + "-wal").exists()
-    cache = BlockEmbeddingCache(blocks)
-    got = cache.get("m1", ["stale"] + [f"k{i}" for i in range(5)])
-    assert sorted(got) == [f"k{i}" for i in range(5)]
-    np.testing.assert_array_equal(got["k4"], vec(4, 384))
-    np.testing.assert_array_equal(cache.get("m2", ["x"])["x"], vec(9, 8))
-    assert import_embedding_file(path, blocks) == 0  # nothing left to move
-
-
 def test_struct_header_is_24_bytes_so_the_matrix_is_aligned():
     data = encode(["a"], np.ones((1, 1), np.float32))
     assert struct.unpack_from("<4sB", data) == (b"LMVB", 1)
     assert len(data) == 24 + 4 + 1
-
-
-def test_a_mover_beside_a_reader_empties_the_file_and_the_next_one_deletes_it(tmp_path):
-    """A process that had the file open while it moved finds no row to move again: a vector deleted from
-    the blocks since is not brought back."""
-    import sqlite3
-
-    legacy = EmbeddingCache(tmp_path)
-    legacy.put("m", {"a": vec(0), "b": vec(1)})
-    legacy.close()
-    reader = sqlite3.connect(legacy.path, isolation_level=None)
-    reader.execute("BEGIN")
-    assert reader.execute("SELECT COUNT(*) FROM embeddings").fetchone() == (2,)  # holds its snapshot
-    blocks = FakeBlocks()
-    assert import_embedding_file(legacy.path, blocks) == 2
-    assert legacy.path.exists()  # the reader's snapshot kept the checkpoint from finishing
-    reader.execute("COMMIT")
-    reader.close()
-    BlockEmbeddingCache(blocks).keep_only({"m": {"a"}})
-    assert import_embedding_file(legacy.path, blocks) == 0
-    assert not legacy.path.exists()
-    assert BlockEmbeddingCache(blocks).get("m", ["a", "b"]).keys() == {"b"}
 
 
 def recorded_model(data: bytes) -> str | None:

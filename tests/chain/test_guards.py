@@ -7,6 +7,9 @@ import pyarrow.parquet as pq
 
 from lazymem.chain.guards import held_out_ids, leaks
 
+SFT_FILES = ("annotations.jsonl", "lazymem_sft*.json")  # as task=build_sft declares them
+RL_FILES = ("*.parquet",)  # task=build_rl's
+
 
 def split_dir(tmp_path):
     (tmp_path / "split").mkdir()
@@ -39,13 +42,19 @@ def test_the_test_ids_of_a_split_file_or_run_dir(tmp_path):
 
 def test_clean_training_data_passes(tmp_path):
     split = split_dir(tmp_path)
-    assert leaks(sft_dir(tmp_path, ["t1", "v1"]), split) is None
-    assert leaks(rl_dir(tmp_path, ["t2", "t1"]), split) is None
+    assert leaks(sft_dir(tmp_path, ["t1", "v1"]), split, SFT_FILES) is None
+    assert leaks(rl_dir(tmp_path, ["t2", "t1"]), split, RL_FILES) is None
 
 
 def test_a_test_id_in_sft_or_rl_data_is_named_with_its_file(tmp_path):
     split = split_dir(tmp_path)
-    message = leaks(sft_dir(tmp_path, ["t1", "x2"]), split)
+    message = leaks(sft_dir(tmp_path, ["t1", "x2"]), split, SFT_FILES)
     assert "annotations.jsonl: 1 (x2)" in message and "lazymem_sft.json" not in message
-    message = leaks(rl_dir(tmp_path, ["x1", "t1", "x2"]), split)
+    message = leaks(rl_dir(tmp_path, ["x1", "t1", "x2"]), split, RL_FILES)
     assert "train.parquet: 2 (x1, x2)" in message and str(split) in message
+
+
+def test_only_the_files_the_stages_task_declares_are_read(tmp_path):
+    split = split_dir(tmp_path)
+    assert leaks(sft_dir(tmp_path, ["x1"]), split, RL_FILES) is None
+    assert leaks(rl_dir(tmp_path, ["x1"]), split, ()) is None

@@ -1,10 +1,15 @@
 """Resume decisions: skip what is unchanged, rerun what changed and everything downstream of it,
 continue what was interrupted, and say why."""
 
+from dataclasses import replace
+from types import SimpleNamespace
+
 import pytest
 
+from lazymem import tasks
 from lazymem.chain.fingerprint import composer
 from lazymem.chain.plan import command, plan, render, supersede
+from lazymem.chain.record import StageRecord
 from lazymem.chain.stages import given_paths, parse, scope
 from lazymem.rundir import write_config
 from lazymem.validate import ConfigError
@@ -23,10 +28,11 @@ def chain(a_extra=(), common=BASE, **b):
     )
 
 
-def decide(stages, chain_dir, prev=None, first=None, given=None):
+def decide(stages, chain_dir, prev=None, first=None, given=None, task_of=tasks.find):
     given = given_paths(given or {}, stages)
+    covered = scope(stages, first, None, given)
     with composer() as compose:
-        return plan(stages, scope(stages, first, None, given), given, chain_dir, prev or {}, compose, first)
+        return plan(stages, covered, given, chain_dir, prev or {}, compose, task_of, first)
 
 
 def ran(decisions, chain_dir, status="ok"):
@@ -37,12 +43,7 @@ def ran(decisions, chain_dir, status="ok"):
             run_dir = d.stage.run_dir(chain_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
             write_config(compose(d.overrides), run_dir)
-            prev[d.stage.name] = {
-                "name": d.stage.name,
-                "status": status,
-                "fingerprint": d.fingerprint,
-                "ended": "t1",
-            }
+            prev[d.stage.name] = StageRecord(d.stage.name, status, ended="t1", fingerprint=d.fingerprint)
     return prev
 
 
@@ -60,6 +61,47 @@ def test_a_new_chain_runs_everything_and_an_unchanged_one_skips_everything(tmp_p
     assert [d.fingerprint["digest"] for d in again] == [d.fingerprint["digest"] for d in first]
 
 
+def test_each_stage_is_planned_with_its_task_whose_versions_are_its_engine(tmp_path):
+    first = decide(chain(), tmp_path)
+    assert [d.task for d in first] == [tasks.find("split"), tasks.find("stats")]
+    assert set(first[0].fingerprint["engine"]) == {"lazymem"}  # a task without an engine of its own
+    engine = SimpleNamespace(versions=lambda cfg: {"trl": "1.15.0"}, problems=None, training_files=())
+    seen = []
+    ours = decide(chain(), tmp_path, task_of=lambda name: seen.append(name) or engine)
+    assert seen == ["split", "stats"] and all(d.task is engine for d in ours)
+    assert ours[0].fingerprint["engine"] == {"trl": "1.15.0"}
+    nameless = decide(chain(), tmp_path, task_of=lambda name: None)  # no such task: the stage says so
+    assert nameless[0].task is None and set(nameless[0].fingerprint["engine"]) == {"lazymem"}
+
+
+def test_every_stage_starts_as_one_kind_of_record(tmp_path):
+    old = StageRecord("a", "ok", started="t0", ended="t1", duration_s=1.0, returncode=0, fingerprint={})
+    split = tmp_path / "elsewhere"
+    split.mkdir()
+    decisions = decide(chain(), tmp_path, given={"a": str(split)})
+    given = decisions[0].record(tmp_path, None)
+    assert given == StageRecord(
+        "a", "skipped", f"chain.given: {split}", "given", given=str(split), fingerprint=None
+    )
+    new = decisions[1].record(tmp_path, old)
+    assert (new.status, new.action, new.run_dir, new.log) == (
+        "pending",
+        "run",
+        f"{tmp_path}/b",
+        f"{tmp_path}/b.log",
+    )
+    assert new.fingerprint == decisions[1].fingerprint and new.started is None
+    skip = replace(decisions[1], action="skip").record(tmp_path, old)
+    assert (skip.status, skip.started, skip.ended, skip.duration_s, skip.returncode) == (
+        "skipped",
+        "t0",
+        "t1",
+        1.0,
+        None,
+    )
+    assert replace(decisions[1], action="out").record(tmp_path, old) is old  # its earlier result stands
+
+
 def test_a_changed_stage_reruns_with_its_dependents_and_says_what_changed(tmp_path):
     prev = ran(decide(chain(), tmp_path), tmp_path)
     changed = actions(decide(chain(["data.split_seed=1"]), tmp_path, prev))
@@ -71,12 +113,12 @@ def test_a_changed_stage_reruns_with_its_dependents_and_says_what_changed(tmp_pa
 
 def test_an_interrupted_stage_continues_and_a_gone_run_dir_reruns(tmp_path):
     prev = ran(decide(chain(), tmp_path), tmp_path)
-    prev["b"]["status"] = "interrupted"
+    prev["b"] = replace(prev["b"], status="interrupted")
     assert actions(decide(chain(), tmp_path, prev))["b"] == (
         "continue",
         "interrupted earlier, unchanged: resume=true in its run dir",
     )
-    prev["b"]["status"] = "ok"
+    prev["b"] = replace(prev["b"], status="ok")
     (tmp_path / "b" / "config.yaml").unlink()
     (tmp_path / "b").rmdir()
     assert actions(decide(chain(), tmp_path, prev))["b"] == ("run", "unchanged, but its run dir is gone")
@@ -90,7 +132,7 @@ def test_from_reruns_its_stages_and_needs_the_earlier_ones_finished(tmp_path):
         "b": ("run", "chain.from=b"),
     }
     assert render(decisions).splitlines()[0].split()[:2] == ["skip", "a"]
-    prev["a"]["status"] = "failed"
+    prev["a"] = replace(prev["a"], status="failed")
     with pytest.raises(ConfigError, match="chain.from = 'b': stage 'a', which 'b' needs, has not finished"):
         decide(chain(), tmp_path, prev, first="b")
 

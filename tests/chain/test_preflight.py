@@ -1,5 +1,6 @@
-"""The chain's checks before it starts (lazymem/chain/preflight.py): every running stage's task check, GPUs
-counted against the node, earlier stages' outputs left to the stage itself, one line per message."""
+"""The chain's checks before it starts (lazymem/chain/preflight.py): every running stage's task check (its
+contract's `problems`), GPUs counted against the node, earlier stages' outputs left to the stage itself, one
+line per message."""
 
 from __future__ import annotations
 
@@ -10,12 +11,23 @@ from lazymem.chain.preflight import problems
 from lazymem.chain.stages import parse
 
 
-def decisions(tmp_path, actions):
+def decisions(actions, checks):
+    """The stages split, build (task build_sft) and evaluate, each with its task's check in `checks` (a
+    stage without one: a task without a check)."""
     stages = parse(
         {"split": {}, "build": {"gpus": 2, "overrides": ["x={split}"]}, "evaluate": {"gpus": 1}}, 2
     )
-    config = {"split": "split", "build": "build_sft", "evaluate": "evaluate"}
-    return [Decision(s, actions[s.name], "", config=SimpleNamespace(task=config[s.name])) for s in stages]
+    task = {"split": "split", "build": "build_sft", "evaluate": "evaluate"}
+    return [
+        Decision(
+            s,
+            actions[s.name],
+            "",
+            config=SimpleNamespace(task=task[s.name]),
+            task=SimpleNamespace(problems=checks.get(task[s.name])),
+        )
+        for s in stages
+    ]
 
 
 def test_every_running_stage_is_checked_and_the_same_message_listed_once(tmp_path):
@@ -25,9 +37,7 @@ def test_every_running_stage_is_checked_and_the_same_message_listed_once(tmp_pat
         "build_sft": lambda cfg: ["data.path = 'x' is not a file", f"{chain}/split/split.json is missing"],
         "evaluate": lambda cfg: 1 / 0,
     }
-    found = problems(
-        decisions(tmp_path, dict.fromkeys(["split", "build", "evaluate"], "run")), checks.get, chain, 0
-    )
+    found = problems(decisions(dict.fromkeys(["split", "build", "evaluate"], "run"), checks), chain, 0)
     assert found == [
         "split, build: data.path = 'x' is not a file",
         "build: needs 2 GPUs (its chain.stages.<stage>.gpus); this node has 0",
@@ -41,5 +51,5 @@ def test_every_running_stage_is_checked_and_the_same_message_listed_once(tmp_pat
 def test_skipped_stages_and_a_joined_cluster_are_not_checked(tmp_path):
     checks = {"split": lambda cfg: ["a problem"]}
     actions = {"split": "skip", "build": "continue", "evaluate": "given"}
-    assert problems(decisions(tmp_path, actions), checks.get, tmp_path, None) == []
-    assert problems(decisions(tmp_path, actions), checks.get, tmp_path, 4) == []
+    assert problems(decisions(actions, checks), tmp_path, None) == []
+    assert problems(decisions(actions, checks), tmp_path, 4) == []

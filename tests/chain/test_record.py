@@ -3,26 +3,52 @@
 import hashlib
 import json
 import sys
+from dataclasses import asdict, replace
 
 import pytest
 
-from lazymem.chain.record import ChainRecord, dataset_hashes, environments, previous, resume_command, top
+from lazymem.chain.record import (
+    ChainRecord,
+    StageRecord,
+    dataset_hashes,
+    environments,
+    previous,
+    resume_command,
+    top,
+)
 from lazymem.validate import ConfigError
 
 
 def test_every_update_rewrites_a_whole_record_that_a_resume_reads_back(tmp_path):
-    record = ChainRecord(tmp_path, {"command": "x"}, [{"name": "a", "status": "pending"}, {"name": "b"}])
+    planned = StageRecord("a", reason="not run before", action="run", run_dir="/c/a", log="/c/a.log")
+    record = ChainRecord(tmp_path, {"command": "x"}, [planned, StageRecord("b")])
     assert json.loads((tmp_path / "chain.json").read_text())["status"] == "running"
-    record.update("a", status="running", started="t0")
-    assert json.loads((tmp_path / "chain.json").read_text())["stages"][0] == {
-        "name": "a",
-        "status": "running",
-        "started": "t0",
-    }
+    record.update(StageRecord("a", "running", started="t0"))
+    stage = json.loads((tmp_path / "chain.json").read_text())["stages"][0]
+    assert stage == {**asdict(planned), "status": "running", "started": "t0"}  # every stage, every key
+    # an event sets what it knows and keeps the rest (here: when the stage started)
+    record.update(StageRecord("a", "interrupted"))
+    assert record.stages["a"] == replace(planned, status="interrupted", started="t0")
     record.finish("ok")
     data = json.loads((tmp_path / "chain.json").read_text())
     assert data["status"] == "ok" and data["ended"] and not list(tmp_path.glob(".*tmp"))
-    assert previous(tmp_path)["a"]["status"] == "running" and previous(tmp_path / "none") == {}
+    assert previous(tmp_path)["a"] == record.stages["a"] and previous(tmp_path / "none") == {}
+
+
+def test_an_older_record_reads_back_without_the_keys_it_lacks_or_the_ones_it_has_no_more():
+    entry = {"name": "a", "status": "ok", "ended": "t1", "fingerprint": {"digest": "d"}, "retired": 1}
+    assert StageRecord.read(entry) == StageRecord("a", "ok", ended="t1", fingerprint={"digest": "d"})
+
+
+def test_a_failure_names_each_failed_stage_its_error_and_log_and_how_to_continue(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["run.py", "+experiment=chain_cpu"])
+    bad = StageRecord("bad", "failed", log=f"{tmp_path}/bad.log", error="error: no data")
+    record = ChainRecord(tmp_path, {}, [bad, StageRecord("ok", "ok")])
+    assert record.failure(["bad"]) == (
+        f"error: chain stage 'bad' failed: error: no data (log: {tmp_path}/bad.log)\n"
+        f"fix it, then continue the chain with: python -m lazymem.run +experiment=chain_cpu resume=true "
+        f"hydra.run.dir={tmp_path}"
+    )
 
 
 def test_an_unreadable_record_is_a_clear_error(tmp_path):

@@ -1,5 +1,6 @@
 """The chain on a real local Ray (one per module): GPU stages side by side on distinct (fake) GPUs, CPU
-stages one at a time on 2 CPUs, a failure that stops what has not started, a signal that stops the rest."""
+stages one at a time on 2 CPUs, a failure that stops what has not started, a signal that stops the rest;
+and the GPUs the chain's Ray gets (chain.ray.reserved_gpus kept out)."""
 
 import json
 import os
@@ -14,8 +15,10 @@ import pytest
 import ray
 
 from lazymem.chain.process import Job
-from lazymem.chain.schedule import cluster, infeasible, run_jobs
+from lazymem.chain.record import StageRecord
+from lazymem.chain.schedule import cluster, infeasible, pool, run_jobs
 from lazymem.interrupt import Interrupted
+from lazymem.validate import ConfigError
 
 # a stage that notes its start, waits until every stage named in argv[3:] has started (or 30 s) and then
 # argv[2] seconds more, and notes its end: stages that meet ran at the same time
@@ -58,7 +61,7 @@ def job(tmp_path, name, argv=("0",), code=MEET, **kw):
 
 def events():
     seen = []
-    return seen, lambda name, fields: seen.append((name, fields["status"]))
+    return seen, lambda event: seen.append((event.name, event.status))
 
 
 def test_gpu_stages_overlap_on_distinct_devices(ray_cluster, tmp_path):
@@ -66,7 +69,7 @@ def test_gpu_stages_overlap_on_distinct_devices(ray_cluster, tmp_path):
     jobs = [job(tmp_path, n, ["0", *(str(tmp_path / o) for o in names)], gpus=1, cpus=0.5) for n in names]
     seen, on_event = events()
     results = run_jobs(jobs, on_event, 10, tmp_path / ".gate")
-    assert {r["status"] for r in results.values()} == {"ok"}
+    assert {r.status for r in results.values()} == {"ok"}
     runs = [json.loads((tmp_path / n).read_text()) for n in names]
     assert sorted(r["cuda"] for r in runs) == ["0", "1", "2"]
     assert max(r["start"] for r in runs) < min(r["end"] for r in runs)  # all three ran at once
@@ -94,7 +97,7 @@ def test_a_job_starting_its_own_ray_gets_its_python_and_gpus_not_the_chains(ray_
     grpo = job(tmp_path, "grpo", gpus=1, cpus=1, code=OWN_RAY, shared_gpus=("7",))
     grpo = replace(grpo, cmd=(python, *grpo.cmd[1:]))
     results = run_jobs([grpo], lambda *a: None, 10, tmp_path / ".gate")
-    assert results["grpo"]["status"] == "ok", (tmp_path / "grpo.log").read_text()[-3000:]
+    assert results["grpo"].status == "ok", (tmp_path / "grpo.log").read_text()[-3000:]
     seen = json.loads((tmp_path / "grpo").read_text())
     assert seen["worker"] == python  # not the chain's Python: its raylet started the workers
     assert seen["gcs"] != ray_cluster  # a cluster of its own, not the chain's
@@ -106,7 +109,7 @@ def test_two_stages_needing_two_gpus_each_run_one_after_the_other(ray_cluster, t
     # paper_chain's GRPO and an evaluation (2 GPUs each) on this node's 3 (fake) GPUs: the evaluation waits
     # for the GPUs GRPO holds instead of starting beside it and taking one of VERL's
     jobs = [job(tmp_path, n, ["1"], gpus=2, cpus=0.5) for n in ("train_grpo", "eval_sft")]
-    assert {r["status"] for r in run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate").values()} == {"ok"}
+    assert {r.status for r in run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate").values()} == {"ok"}
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("train_grpo", "eval_sft"))
     assert a["end"] <= b["start"] or b["end"] <= a["start"]
     assert len(a["cuda"].split(",")) == len(b["cuda"].split(",")) == 2
@@ -116,7 +119,7 @@ def test_cpu_stages_holding_both_cpus_run_one_after_the_other(ray_cluster, tmp_p
     # 2 s each: a stage polls whether to stop every 0.5 s; had it asked a Ray actor (a ray.get, which hands
     # the task's CPUs back while it waits), the second stage would have started on the first one's CPUs
     jobs = [job(tmp_path, n, ["2"], cpus=2) for n in ("first", "second")]
-    assert {r["status"] for r in run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate").values()} == {"ok"}
+    assert {r.status for r in run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate").values()} == {"ok"}
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("first", "second"))
     assert a["end"] <= b["start"] or b["end"] <= a["start"]
     assert a["cuda"] == b["cuda"] == ""  # a CPU stage sees no GPU
@@ -133,14 +136,12 @@ def test_a_failed_stage_stops_what_has_not_started_and_lets_running_stages_finis
         job(tmp_path, "after_slow", cpus=0.5, deps=("slow",)),
     ]
     results = run_jobs(jobs, lambda *a: None, 10, tmp_path / ".gate")
-    assert results["bad"]["status"] == "failed" and results["bad"]["error"] == "error: bad input"
-    assert results["slow"]["status"] == "ok" and (tmp_path / "slow").exists()
-    assert results["needs_bad"] == {
-        "name": "needs_bad",
-        "status": "pending",
-        "error": "not started: bad did not finish",
-    }
-    assert results["after_slow"]["status"] == "pending" and not (tmp_path / "after_slow.log").exists()
+    assert results["bad"].status == "failed" and results["bad"].error == "error: bad input"
+    assert results["slow"].status == "ok" and (tmp_path / "slow").exists()
+    assert results["needs_bad"] == StageRecord(
+        "needs_bad", "pending", error="not started: bad did not finish"
+    )
+    assert results["after_slow"].status == "pending" and not (tmp_path / "after_slow.log").exists()
 
 
 def test_a_signal_stops_the_running_stages_and_raises_interrupted(ray_cluster, tmp_path):
@@ -152,9 +153,9 @@ def test_a_signal_stops_the_running_stages_and_raises_interrupted(ray_cluster, t
         target=lambda: started.wait(30) and os.kill(os.getpid(), signal.SIGTERM), daemon=True
     ).start()
 
-    def note(name, fields):
-        on_event(name, fields)
-        if fields["status"] == "running":
+    def note(event):
+        on_event(event)
+        if event.status == "running":
             started.set()
 
     t0 = time.monotonic()
@@ -168,3 +169,28 @@ def test_a_signal_stops_the_running_stages_and_raises_interrupted(ray_cluster, t
 def test_stages_asking_for_more_than_the_cluster_has_are_named(ray_cluster, tmp_path):
     jobs = [job(tmp_path, "big", gpus=4), job(tmp_path, "fits", gpus=1, cpus=2)]
     assert infeasible(jobs) == ["chain.stages.big.gpus = 4: the Ray cluster has 3"]
+
+
+@pytest.mark.parametrize(
+    ("visible", "num_gpus", "reserved", "expected"),
+    [
+        (None, 3, [None], (None, 3, ())),  # no judge on this node: the whole node
+        (None, 3, [2], ("0,1", 2, ("2",))),
+        # a position among the visible GPUs, as placement's indices are (SLURM gave the job GPUs 4-6)
+        ("4,5,6", 3, [2], ("4,5", 2, ("6",))),
+        ("0,1", 2, [7], (None, 2, ())),  # not one of this node's visible GPUs: nothing to keep out
+    ],
+)
+def test_the_reserved_gpus_are_kept_out_of_the_chains_ray(visible, num_gpus, reserved, expected, monkeypatch):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    ray_cfg = {"address": None, "num_gpus": num_gpus, "reserved_gpus": reserved}
+    assert pool(ray_cfg) == expected
+    assert pool({**ray_cfg, "address": "auto"}) == (None, None, ())  # a joined cluster's GPUs are its own
+
+
+def test_reserved_gpus_must_be_indices():
+    with pytest.raises(ConfigError, match="chain.ray.reserved_gpus"):
+        pool({"address": None, "num_gpus": 2, "reserved_gpus": ["judge"]})

@@ -27,7 +27,7 @@ def seeded_keys(cfg):
         "data.loader.seed",
         "llm.common.decoding.seed",
         "train.grpo.data.seed",
-        "train.grpo.verl_0_7_1.rollout_seed",
+        "train.grpo.paper_verl_defaults.rollout_seed",
         "train.sft.seed",
     ]
     if cfg.llm.get("vllm") is not None:

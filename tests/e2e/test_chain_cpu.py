@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from lazymem.train.diagnostics import load_jsonl
+from lazymem.train.grpo.diagnostics import load_jsonl
 
 from helpers import ROOT
 

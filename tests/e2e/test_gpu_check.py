@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR
 from lazymem.cuda_env import CUDA_FIX
-from lazymem.llm.servers import free_port
-from lazymem.placement import Gpu
+from lazymem.gpu.inventory import Gpu
+from lazymem.llm.managed_server import free_port
 from lazymem.preflight import RL_FIX
 from lazymem.tasks import gpu_check
 

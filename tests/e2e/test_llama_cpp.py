@@ -9,9 +9,9 @@ import json
 import pytest
 
 from lazymem.llm.client import ClientConfig, Decoding, LLMClient, json_schema_format
+from lazymem.llm.llamacpp_server import LlamaCppServer
 from lazymem.llm.llm_set import build_llms
 from lazymem.llm.models import resolve_model
-from lazymem.llm.servers import LlamaCppServer
 
 from helpers_llm import alive, group_members, llm_conf, spawn_parent, wait_until
 

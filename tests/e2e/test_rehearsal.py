@@ -16,8 +16,9 @@ import sys
 
 import pytest
 
-from lazymem.llm.servers import VllmServer, free_port
-from lazymem.train.diagnostics import load_jsonl
+from lazymem.llm.managed_server import free_port
+from lazymem.llm.vllm_server import VllmServer
+from lazymem.train.grpo.diagnostics import load_jsonl
 
 from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
 

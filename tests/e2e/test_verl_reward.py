@@ -22,9 +22,9 @@ from verl.trainer.ppo.metric_utils import process_validation_metrics  # noqa: E4
 from verl.trainer.ppo.reward import load_reward_manager  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 
-import lazymem.train.reward as reward_mod  # noqa: E402
-from lazymem.train.reward import compute_score  # noqa: E402
-from lazymem.train.rl_rows import ground_truth_json, read_ground_truth, rl_row  # noqa: E402
+import lazymem.train.grpo.reward as reward_mod  # noqa: E402
+from lazymem.train.grpo.reward import compute_score  # noqa: E402
+from lazymem.train.grpo.rl_rows import ground_truth_json, read_ground_truth, rl_row  # noqa: E402
 
 K, D = "KEEP", "DROP"
 CHAT_TEMPLATE = (
@@ -120,8 +120,8 @@ def reward_config(path: str, name: str) -> OmegaConf:
 @pytest.mark.parametrize(
     ("path", "name", "is_async"),
     [
-        ("pkg://lazymem.train.reward", "compute_score", False),
-        ("pkg://lazymem.train.reward", "compute_score_async", True),
+        ("pkg://lazymem.train.grpo.reward", "compute_score", False),
+        ("pkg://lazymem.train.grpo.reward", "compute_score_async", True),
         (reward_mod.__file__, "compute_score_async", True),
     ],
 )

@@ -204,3 +204,26 @@ def test_torch_index_names_the_index_without_a_check(tmp_path):
     out, pip = SetUp(tmp_path, TORCH_INDEX=mirror).run("setup_vllm_env.sh")
     assert pip[:2] == [f"vllm {UPGRADE}", f"vllm pip install -q {TORCH} --index-url {mirror}"]
     assert f"torch 2.13.0+cpu from {mirror}" in out.splitlines()
+
+
+def test_on_a_gpu_node_the_core_and_sft_environments_take_pypis_cuda_torch_and_keep_it(tmp_path):
+    """LAZYMEM_TORCH=cuda (issue 41, N15: the in-process encoder and reranker, and LLaMA-Factory, need CUDA
+    torch): PyPI's torch==2.13.0, no CPU index and no check, pinned; a plain rerun keeps it (nothing is
+    rebuilt), and LAZYMEM_TORCH=cpu goes back to the CPU build."""
+    setup = SetUp(tmp_path, LAZYMEM_TORCH="cuda")
+    for script, kind in (("setup_env.sh", "core"), ("setup_sft_env.sh", "sft")):
+        pip = [c for c in setup.run(script)[1] if c.startswith(kind)]
+        assert pip[:2] == [f"{kind} {UPGRADE}", f"{kind} pip install -q torch==2.13.0"]
+        assert setup.constraint(kind) == "torch==2.13.0\n"
+    del setup.env["LAZYMEM_TORCH"]
+    assert [setup.run(s)[1] for s in ("setup_env.sh", "setup_sft_env.sh")] == [[], []]
+    setup.env["LAZYMEM_TORCH"] = "cpu"
+    assert f"core {FROM_CPU_INDEX}" in setup.run("setup_env.sh")[1]
+
+
+def test_an_unknown_torch_build_is_refused_by_name(tmp_path):
+    setup = SetUp(tmp_path, LAZYMEM_TORCH="rocm")
+    for script in ("setup_env.sh", "setup_sft_env.sh"):
+        out = subprocess.run(["bash", str(SCRIPTS / script)], env=setup.env, capture_output=True, text=True)
+        assert out.returncode == 2 and "LAZYMEM_TORCH=rocm: use cpu or cuda" in out.stderr
+    assert not setup.cache.exists() or not any(setup.cache.iterdir())  # nothing built

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from lazymem.construct.windows import Window
 from lazymem.data.schema import Message, Question
 from lazymem.tasks.build_rl import val_set
-from lazymem.train.rl_rows import read_ground_truth
+from lazymem.train.grpo.rl_rows import read_ground_truth
 from lazymem.train.sft_data import WindowItem
 
 from helpers import run_cli
@@ -41,7 +41,7 @@ def test_build_rl_end_to_end(tmp_path):
     proc = run_cli(
         "+experiment=build_rl_cpu",
         "retrieval.n=5",
-        # no model: the chains have their own tests (tests/train/test_reasoning_chain.py)
+        # no model: the chains have their own tests (tests/train/grpo/test_reasoning_chain.py)
         "train.grpo.data.reasoning_chains=false",
         f"hydra.run.dir={tmp_path}",
     )

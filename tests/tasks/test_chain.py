@@ -15,11 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lazymem.chain.plan import Decision
 from lazymem.chain.stages import parse
 from lazymem.conf import CONF_DIR
-from lazymem.tasks.chain import _jobs, _pool
-from lazymem.validate import ConfigError
 
 from helpers import ROOT, run_cli
 
@@ -75,54 +72,6 @@ def statuses(chain: Path) -> dict:
 
 def mtimes(folder: Path) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
-
-
-def test_training_stages_get_the_test_id_guard_and_only_the_grpo_stage_sees_the_judges_gpu(tmp_path):
-    stages = parse(
-        {
-            "split": {},
-            "build": {"overrides": ["x={split}"]},
-            "grpo": {"gpus": 2, "sees_reserved": True, "overrides": ["y={build}"]},
-            "evaluate": {"gpus": 2, "reads_test": True},
-            "base_model": {},
-        },
-        2,
-    )
-    chain = {"stop_timeout_s": 5}
-    decisions = [Decision(s, "run", "") for s in stages]
-    jobs = {j.name: j for j in _jobs(decisions, tmp_path, chain, {}, ("3",))}
-    assert jobs["build"].split == jobs["grpo"].split == str(tmp_path / "split")
-    # the split itself, an evaluation, and a stage that does not come after the split are not checked
-    assert jobs["split"].split is None and jobs["evaluate"].split is None and jobs["base_model"].split is None
-    assert jobs["grpo"].shared_gpus == ("3",) and jobs["evaluate"].shared_gpus == ()
-    assert jobs["grpo"].gpus == 2 and not any("ray_address" in x for x in jobs["grpo"].cmd)
-    decisions[0].action = "out"  # no split of this chain's: nothing to check against
-    assert all(j.split is None for j in _jobs(decisions[1:] + decisions[:1], tmp_path, chain, {}))
-
-
-@pytest.mark.parametrize(
-    ("visible", "num_gpus", "reserved", "expected"),
-    [
-        (None, 3, [None], (None, 3, ())),  # no judge on this node: the whole node
-        (None, 3, [2], ("0,1", 2, ("2",))),
-        # a position among the visible GPUs, as placement's indices are (SLURM gave the job GPUs 4-6)
-        ("4,5,6", 3, [2], ("4,5", 2, ("6",))),
-        ("0,1", 2, [7], (None, 2, ())),  # not one of this node's visible GPUs: nothing to keep out
-    ],
-)
-def test_the_reserved_gpus_are_kept_out_of_the_chains_ray(visible, num_gpus, reserved, expected, monkeypatch):
-    if visible is None:
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    ray_cfg = {"address": None, "num_gpus": num_gpus, "reserved_gpus": reserved}
-    assert _pool(ray_cfg) == expected
-    assert _pool({**ray_cfg, "address": "auto"}) == (None, None, ())  # a joined cluster's GPUs are its own
-
-
-def test_reserved_gpus_must_be_indices():
-    with pytest.raises(ConfigError, match="chain.ray.reserved_gpus"):
-        _pool({"address": None, "num_gpus": 2, "reserved_gpus": ["judge"]})
 
 
 def test_paper_chains_grpo_stage_holds_verls_gpus_and_sees_the_judges():

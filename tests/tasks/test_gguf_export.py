@@ -155,7 +155,7 @@ def exported(model_dir, run_dir, outtype: str):
 
 def greedy_llama_cpp(gguf, tok, prompts, tmp_path, max_tokens: int) -> list[list[int]]:
     """llama.cpp's greedy continuation of each prompt, as token ids, through the serving path."""
-    from lazymem.llm.servers import LlamaCppServer
+    from lazymem.llm.llamacpp_server import LlamaCppServer
 
     out = []
     with LlamaCppServer(gguf, "exported", tmp_path, n_threads=1, startup_timeout_s=120) as server:

@@ -112,7 +112,7 @@ def test_the_converted_model_predicts_what_llama_cpp_predicts(converted, hf, tmp
     RoPE) misses by whole logits at every step."""
     import torch
 
-    from lazymem.llm.servers import LlamaCppServer
+    from lazymem.llm.llamacpp_server import LlamaCppServer
 
     tok, model = hf
     gguf = resolve_model("bundled:smollm2-135m")

@@ -67,7 +67,7 @@ def test_verl_merge_command_is_what_verls_own_parser_accepts(tmp_path, monkeypat
     ("choice", "message"),
     [
         (None, "selected_checkpoint.json not found"),
-        ({"engine": "deepspeed", "path": "/x"}, "needs `engine` (verl or trl) and `path`"),
+        ({"engine": "deepspeed", "path": "/x"}, "needs `engine` (trl or verl) and `path`"),
     ],
 )
 def test_a_missing_or_unknown_choice_is_one_clear_error(tmp_path, choice, message):

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from lazymem.conf import CONF_DIR as CONF
 from lazymem.llm.llm_set import role_config
 from lazymem.tracking import outputs
-from lazymem.train.diagnostics import load_jsonl, reward_ordering
+from lazymem.train.grpo.diagnostics import load_jsonl, reward_ordering
 
 from helpers import run_cli
 

@@ -14,14 +14,16 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from lazymem import placement
 from lazymem.conf import CONF_DIR
 from lazymem.cuda_env import cuda_torch_problem
-from lazymem.llm.servers import free_port
+from lazymem.gpu.budget import MAX_UTIL
+from lazymem.gpu.tenants import judge_tenant
+from lazymem.gpu.training import training
+from lazymem.llm.managed_server import free_port
 from lazymem.preflight import PreflightError
 from lazymem.tasks import train_grpo
 from lazymem.train import checkpoint_disk
-from lazymem.train.grpo_engine import Launch
+from lazymem.train.grpo.engine import Launch
 
 from helpers import run_cli
 from helpers_llm import gpus, paper_model_dirs
@@ -181,14 +183,14 @@ def test_the_judges_launch_command_fits_its_context_and_the_plan_gives_it_a_gpu(
 
 
 def test_the_judges_printed_share_is_the_one_its_fit_was_checked_at(node):
-    """The plan passes a judge that needs up to placement.MAX_UTIL of its GPU; the command printed to serve
+    """The plan passes a judge that needs up to gpu.budget.MAX_UTIL of its GPU; the command printed to serve
     it gives vLLM that share (on a 76 GiB GPU the 32B judge needs 0.93: vLLM's 0.9 would not start it)."""
     cfg = grpo(node, "/envs/rl/bin/python")
-    plan, found = placement.training(cfg, gpus(3, 76.0))
+    plan, found = training(cfg, gpus(3, 76.0))
     assert found == []
     command = train_grpo.judge_command(cfg, plan["reward_judge"][0])
     share = float(command.split("--gpu-memory-utilization ")[1].split()[0])
-    assert share == placement.MAX_UTIL and share * 76.0 >= placement.judge_tenant(cfg).need() > 0.9 * 76.0
+    assert share == MAX_UTIL and share * 76.0 >= judge_tenant(cfg).need() > 0.9 * 76.0
 
 
 def test_verl_does_not_start_without_flash_attn_or_an_answering_judge(node):
@@ -246,7 +248,7 @@ def compose_engine(tmp_path, engine: str, *overrides: str):
     ("engine", "own_file", "entry"),
     [
         ("verl", "overrides.txt", "verl.trainer.main_ppo"),
-        ("trl", "trl_config.json", "lazymem.train.trl_grpo"),
+        ("trl", "trl_config.json", "lazymem.train.grpo.trl.run"),
     ],
 )
 def test_the_task_runs_the_engine_its_config_names(tmp_path, engine, own_file, entry):
@@ -387,7 +389,8 @@ def test_a_failed_trainer_is_reported_by_its_own_last_error(tmp_path):
     log = tmp_path / "trl.log"
     log.write_text(
         "step 3\nTraceback (most recent call last):\n  File x\n"
-        "(TaskRunner pid=12) lazymem.train.verl_trainer.JudgeErrorRateExceeded: judge error rate 0.2 > 0.05\n"
+        "(TaskRunner pid=12) lazymem.train.grpo.reward_metrics.JudgeErrorRateExceeded: "
+        "judge error rate 0.2 > 0.05\n"
     )
     assert train_grpo.last_error(log) == "JudgeErrorRateExceeded: judge error rate 0.2 > 0.05"
     log.write_text("all fine\n")
