@@ -13,6 +13,7 @@ imports what it needs when it runs, so `lazymem ls` starts in a moment.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -107,11 +108,18 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int | None]] = {
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
-    """The `lazymem` console script: the command's exit status."""
+    """The `lazymem` console script: the command's exit status. A reader that closes the pipe early
+    (`lazymem ls | head`) ends the command quietly, as other Unix tools do, not with a traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in COMMANDS:
-        sys.exit(COMMANDS[args[0]](args[1:]))
-    sys.exit(run(args))
+    command = COMMANDS[args.pop(0)] if args and args[0] in COMMANDS else run
+    try:
+        status = command(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the same error again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    sys.exit(status)
 
 
 if __name__ == "__main__":

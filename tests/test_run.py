@@ -2,6 +2,7 @@
 (subprocesses of `python -m lazymem.run`)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -138,6 +139,16 @@ from lazymem.run import ls
 ls([])
 print(sorted(m for m in sys.modules if m.startswith(("lazymem.tasks.", "lazymem.runner", "torch"))))
 """
+
+
+def test_ls_into_a_pipe_closed_early_ends_without_a_traceback():
+    """As `lazymem ls | head -1`, made certain: the reader has closed its end before anything is written."""
+    read, write = os.pipe()
+    os.close(read)
+    cmd = [sys.executable, "-m", "lazymem.run", "ls"]
+    out = subprocess.run(cmd, cwd=ROOT, stdout=write, stderr=subprocess.PIPE, timeout=60)
+    os.close(write)
+    assert out.returncode == 1 and out.stderr.decode() == ""
 
 
 def test_ls_reads_the_tasks_without_importing_them():
