@@ -148,7 +148,9 @@ def _store(store: Block) -> StoreSettings:
 
 
 def _store_class(target: str) -> Any:
-    """The class a `_target_` names (module.Class), or None when it does not import."""
+    """The class a `_target_` names (module.Class), or None when it does not import. Not
+    hydra.utils.get_class: it logs an error for every target it cannot load, and a store of the user's own
+    that does not import here is allowed."""
     module, _, name = target.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name, None)
