@@ -1,5 +1,6 @@
 """Starting `lazymem serve` on a free port for tests/agent/ (and scanning folders for a canary), and running
-`lazymem import` / `lazymem export` in the test's process."""
+`lazymem import` / `lazymem export` in the test's process; `refused`: a settings error as the agent
+prints it."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from lazymem.agent import transfer
+from lazymem.agent.settings import one_line
+from lazymem.validate import ConfigError
 
 from helpers import ROOT
 
@@ -102,3 +108,11 @@ def write_jsonl(path: Path, texts: list[str], mode: str = "w", **fields) -> Path
     with open(path, mode) as f:
         f.writelines(json.dumps({"role": "user", "text": t, **fields}) + "\n" for t in texts)
     return path
+
+
+@contextlib.contextmanager
+def refused(pattern: str) -> Iterator[None]:
+    """pytest.raises(ConfigError, match=pattern), matched against the line the agent prints of it."""
+    with pytest.raises(ConfigError) as caught:
+        yield
+    assert re.search(pattern, one_line(caught.value)), one_line(caught.value)

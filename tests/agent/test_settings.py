@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -16,16 +13,10 @@ from lazymem.agent.inputs import Limits
 from lazymem.agent.settings import Settings, check_retention, one_line
 from lazymem.validate import ConfigError
 
+from agent_helpers import refused
+
 SQLITE_STORE = "lazymem.agent.sqlite_store.SQLiteStore"
 POSTGRES_STORE = "lazymem.agent.postgres_store.PostgresStore"
-
-
-@contextmanager
-def refused(pattern: str) -> Iterator[None]:
-    """pytest.raises(ConfigError, match=pattern), matched against the line the agent prints of it."""
-    with pytest.raises(ConfigError) as caught:
-        yield
-    assert re.search(pattern, one_line(caught.value)), one_line(caught.value)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -17,15 +14,9 @@ from lazymem.agent.settings import one_line
 from lazymem.agent.tenants import Tenant, Tenants, install_reload
 from lazymem.validate import ConfigError
 
+from agent_helpers import refused
+
 ENV = "LAZYMEM_TEST_KEYS"
-
-
-@contextmanager
-def refused(pattern: str) -> Iterator[None]:
-    """pytest.raises(ConfigError, match=pattern), matched against the line the agent prints of it."""
-    with pytest.raises(ConfigError) as caught:
-        yield
-    assert re.search(pattern, one_line(caught.value)), one_line(caught.value)
 
 
 def load(tmp_path, monkeypatch, file: str | None, env: str | None = None, retention=None, max_id_chars=200):
