@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from hydra.utils import instantiate
 
@@ -22,16 +23,6 @@ from lazymem.llm.backends import get_backend, has_gpu
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.vllm_probe import vllm_distribution
 from lazymem.methods.base import Method
-
-# what VERL's environment must import before VERL starts: VERL 0.9.1 loads the actor and the reference with
-# attn_implementation flash_attention_2 unless override_config says otherwise
-# (verl/workers/config/model.py:185), and verl[vllm] brings no flash-attn
-RL_MODULES = ("verl", "flash_attn")
-RL_FIX = (
-    "bash scripts/setup_gpu_env.sh rl on the GPU node (flash-attn 2.8.3 builds there against the "
-    "environment's torch, with --no-build-isolation and CUDA's nvcc on PATH; docs/gpu-placement.md), or "
-    "point train.grpo.python at an environment that has it"
-)
 
 
 class PreflightError(SystemExit):
@@ -200,18 +191,29 @@ print(json.dumps(failed))
 """
 
 
-def rl_env_problems(python: str | None, where: str = "train.grpo.python") -> list[str]:
-    """What VERL's environment (`python`; None: this one) cannot import of :data:`RL_MODULES`, with the
-    fix; [] when it imports them all."""
+class NeedsImports(Protocol):
+    """What a trainer (a GRPO engine, lazymem/train/grpo/engine.py) needs of the Python it runs in."""
+
+    name: str
+    env_modules: tuple[str, ...]  # imported before it starts
+    env_fix: str  # how to get a Python that has them
+
+
+def import_problems(python: str | None, engine: NeedsImports, where: str = "train.grpo.python") -> list[str]:
+    """What `python` (None: this one) cannot import of the engine's ``env_modules``, each with the engine's
+    fix; [] when it imports them all, or the engine needs none."""
+    if not engine.env_modules:
+        return []
     python = python or sys.executable
     try:
         out = subprocess.run(
-            [python, "-c", _IMPORTS, *RL_MODULES], capture_output=True, text=True, timeout=600
+            [python, "-c", _IMPORTS, *engine.env_modules], capture_output=True, text=True, timeout=600
         )
         failed = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-        return [f"{where} = {python!r} does not run ({type(e).__name__}: {e}): {RL_FIX}"]
+        return [f"{where} = {python!r} does not run ({type(e).__name__}: {e}): {engine.env_fix}"]
     return [
-        f"{where} = {python!r} cannot import {name} ({error}), which VERL needs before it starts: {RL_FIX}"
+        f"{where} = {python!r} cannot import {name} ({error}), which the {engine.name} engine needs before "
+        f"it starts: {engine.env_fix}"
         for name, error in failed.items()
     ]

@@ -24,14 +24,16 @@ from lazymem.methods.rag import RAG
 from lazymem.preflight import (
     PreflightError,
     data_problems,
+    import_problems,
     problems,
     require,
     require_placement,
-    rl_env_problems,
     role_problems,
     roles_used,
 )
 from lazymem.tasks.evaluate import build_methods
+from lazymem.train.grpo.trl.engine import TrlEngine
+from lazymem.train.grpo.verl.engine import VerlEngine
 
 from helpers import EXTENSION
 from helpers_llm import gpus, paper_model_dirs
@@ -306,16 +308,21 @@ def test_require_writes_the_derived_plan_and_prints_each_servers_memory_and_kv_c
 
 def test_verls_environment_must_import_flash_attn(tmp_path, monkeypatch):
     """VERL 0.9.1 loads actor and reference with flash_attention_2: an RL environment without flash_attn
-    would stop VERL at its first model load. Kind: the import check, on this machine's environments."""
-    (found,) = rl_env_problems(sys.executable)  # lazymem's environment: verl, no flash_attn
+    would stop VERL at its first model load. Kind: the engine's import check, on this machine's
+    environments."""
+    verl = VerlEngine()
+    (found,) = import_problems(sys.executable, verl)  # lazymem's environment: verl, no flash_attn
     assert f"train.grpo.python = {sys.executable!r} cannot import flash_attn (ModuleNotFoundError" in found
-    assert found.endswith(preflight.RL_FIX) and "--no-build-isolation" in found
+    assert "which the verl engine needs before it starts" in found
+    assert found.endswith(verl.env_fix) and "--no-build-isolation" in found
     (tmp_path / "flash_attn").mkdir()
     (tmp_path / "flash_attn" / "__init__.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    assert rl_env_problems(sys.executable) == []
-    (found,) = rl_env_problems(str(tmp_path / "absent" / "python"), "gpu_check.rl_python")
+    assert import_problems(sys.executable, verl) == []
+    (found,) = import_problems(str(tmp_path / "absent" / "python"), verl, "gpu_check.rl_python")
     assert found.startswith("gpu_check.rl_python = ") and "does not run (FileNotFoundError" in found
+    # an engine that needs nothing imported runs no Python at all, not even an absent one
+    assert import_problems(str(tmp_path / "absent" / "python"), TrlEngine()) == []
 
 
 def test_data_problems_name_a_missing_file_and_accept_a_hub_copy(tmp_path):

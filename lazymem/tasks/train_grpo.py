@@ -2,15 +2,14 @@
 
 ``train.grpo.engine._target_`` picks the engine (lazymem/train/grpo/engine.py's contract), one config of
 the group train/grpo each (conf/train/grpo/). The engine writes its own files and names one command; this
-task writes it to command.sh
-(``train.grpo.dry_run=true`` stops there) and runs it as a subprocess, streaming its output into the console
-and the engine's log. Before it starts, the checks every engine shares: the inputs, the SFT targets against
-the response cap, the GPUs (the engine's count on this node, the plan's CUDA_VISIBLE_DEVICES: placement.train
-.grpo, never the judge's GPU), the RL environment where the engine needs it (flash_attn), the quality-reward
-judge answering (GET /v1/models) when it is an endpoint, and free disk space for the checkpoints. After
-training, the checkpoint is chosen on the validation split among the engine's kept checkpoints
-(grpo/checkpoints.select_rl_checkpoint) and recorded in <checkpoint_dir>/selected_checkpoint.json with the
-engine's name and class.
+task writes it to command.sh (``train.grpo.dry_run=true`` stops there) and runs it as a subprocess, streaming
+its output into the console and the engine's log. Before it starts, the checks every engine shares: the
+inputs, the SFT targets against the response cap, the GPUs (the engine's count on this node, the plan's
+CUDA_VISIBLE_DEVICES: placement.train.grpo, never the judge's GPU), the modules the engine needs in its
+Python (``env_modules``), the quality-reward judge answering (GET /v1/models) when it is an endpoint, and free
+disk space for the checkpoints. After training, the checkpoint is chosen on the validation split among the
+engine's kept checkpoints (grpo/checkpoints.select_rl_checkpoint) and recorded in
+<checkpoint_dir>/selected_checkpoint.json with the engine's name and class.
 Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory> train.grpo.model=<SFT>.
 """
 
@@ -38,7 +37,7 @@ from lazymem.gpu.training import training
 from lazymem.llm.backends import get_backend, gpu_count
 from lazymem.llm.llm_set import role_config
 from lazymem.llm.vllm_server import VllmServer, visible_devices
-from lazymem.preflight import rl_env_problems, stop
+from lazymem.preflight import import_problems, stop
 from lazymem.subproc import stream
 from lazymem.tasks.contract import Task
 from lazymem.train.grpo.checkpoints import select_rl_checkpoint
@@ -97,15 +96,16 @@ def judge_problems(cfg, gpu: int | None) -> list[str]:
     return found
 
 
-def _before_training(cfg, reward: dict | None, launch: Launch, python: str | None) -> dict[str, str]:
+def _before_training(
+    cfg, engine: GrpoEngine, reward: dict | None, launch: Launch, python: str | None
+) -> dict[str, str]:
     """Stop with every problem the trainer would meet late; else its CUDA_VISIBLE_DEVICES (when the GPU plan
     gives it)."""
     found: list[str] = []
     plan: dict[str, list[int]] = {}
     if launch.plan_gpus and launch.gpus:
         plan, found = training(cfg, gpu_inventory())
-    if launch.rl_env:
-        found += rl_env_problems(python)
+    found += import_problems(python, engine)
     if reward is not None:
         found += judge_problems(cfg, plan.get("reward_judge", [None])[0])
     stop(found)
@@ -114,7 +114,7 @@ def _before_training(cfg, reward: dict | None, launch: Launch, python: str | Non
 
 def problems(cfg) -> list[str]:
     """What this job would stop on, checked before a chain starts (lazymem/chain/preflight.py): the engine's
-    settings, its Python and, where the engine needs them, the RL environment and the GPUs; when the
+    settings, its Python and, where the engine needs them, the modules in it and the GPUs; when the
     curriculum can reach phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the
     teacher and SFT first).
     The inputs come from earlier stages and are checked when it starts."""
@@ -127,7 +127,7 @@ def problems(cfg) -> list[str]:
             return [str(e), *judge]
     if missing := _python_problem(grpo.get("python")):
         return [missing, *judge]
-    found = rl_env_problems(grpo.get("python")) if launch.rl_env else []
+    found = import_problems(grpo.get("python"), engine)
     return found + [p for p in [_gpu_problem(launch), _cuda_problem(grpo, launch)] if p] + judge
 
 
@@ -212,7 +212,7 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
     if problem := _cuda_problem(grpo, launch):
         raise SystemExit(f"error: {problem}")
-    devices = _before_training(cfg, reward, launch, grpo.get("python"))
+    devices = _before_training(cfg, engine, reward, launch, grpo.get("python"))
     try:
         check_disk(grpo["checkpoint_dir"], grpo["min_free_gib"], launch.disk)
     except ValueError as e:

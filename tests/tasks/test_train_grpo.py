@@ -271,9 +271,11 @@ class EchoEngine:
     """An engine of one's own: the GrpoEngine contract and nothing else."""
 
     name = "echo"
+    env_modules = ()
+    env_fix = ""
 
     def launch(self, g, reward, run_dir):
-        return Launch(["echo", g["model"]], run_dir / "echo.log", 0, False, False, False)
+        return Launch(["echo", g["model"]], run_dir / "echo.log", 0, False, False)
 
 
 def test_too_little_disk_space_stops_naming_free_needed_and_the_directory(node):
@@ -337,7 +339,11 @@ def test_with_a_ray_address_verl_joins_the_cluster_and_this_nodes_gpus_are_not_c
 def test_the_chains_check_names_the_rl_environment_and_the_gpus_verl_needs(tmp_path, monkeypatch):
     """problems(cfg), which a chain runs before it starts: VERL's environment and GPUs; TRL on a CPU: none."""
     monkeypatch.setattr(train_grpo, "gpu_count", lambda: 0)
-    monkeypatch.setattr(train_grpo, "rl_env_problems", lambda python: [f"{python} cannot import flash_attn"])
+    monkeypatch.setattr(
+        train_grpo,
+        "import_problems",
+        lambda python, engine: [f"{python} cannot import {m}" for m in engine.env_modules[1:]],
+    )
     verl = train_grpo.problems(grpo(tmp_path, sys.executable, "train.grpo.model=/sft"))
     assert verl == [
         f"{sys.executable} cannot import flash_attn",

@@ -46,7 +46,6 @@ class Launch:
     log: Path  # the subprocess's output, also streamed to the console
     gpus: int  # GPUs this node must show before it starts (0: none checked, e.g. a CPU or a Ray cluster)
     plan_gpus: bool  # the GPU plan (placement.train.grpo) picks the subprocess's CUDA_VISIBLE_DEVICES
-    rl_env: bool  # the command's Python must be the RL environment (preflight.rl_env_problems)
     validates: bool  # it writes validation_metrics.jsonl, from which a checkpoint is chosen
     info: dict[str, Any] = field(default_factory=dict)  # for the task's result (e.g. the override count)
     disk: DiskNeed | None = None  # the kept checkpoints' disk space (None: the model's size unknown)
@@ -58,6 +57,10 @@ class GrpoEngine(Protocol):
     name: str  # recorded in selected_checkpoint.json and in the task's result
     packages: tuple[str, ...]  # the distributions that compute its results (a chain stage's fingerprint)
     layout: str  # the directory of step N's checkpoint in checkpoint_dir, "{}" standing for N
+    # what train.grpo.python must import before the engine starts, checked by train_grpo, a chain's
+    # preflight, gpu_check and doctor (preflight.import_problems); () checks nothing
+    env_modules: tuple[str, ...]
+    env_fix: str  # how to build (or name) a Python that imports env_modules
 
     def launch(self, grpo: Mapping[str, Any], reward: Mapping[str, Any] | None, run_dir: Path) -> Launch:
         """Write the engine's own files into ``run_dir``; ValueError for inconsistent settings."""

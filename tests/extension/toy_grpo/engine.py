@@ -16,15 +16,15 @@ class ToyEngine:
     name = "toy"
     packages = ("lazymem",)  # its trainer is lazymem's own code
     layout = "toy-step-{}"
+    env_modules = ("toy_grpo",)  # its trainer is `python -m toy_grpo.train`
+    env_fix = "put the folder that holds toy_grpo on PYTHONPATH"
 
     def launch(self, grpo, reward, run_dir):
         config = Path(run_dir) / "toy_config.json"
         keys = ("checkpoint_dir", "steps", "best")
         config.write_text(json.dumps({k: grpo[k] for k in keys}), encoding="utf-8")
         command = [sys.executable, "-m", "toy_grpo.train", str(config)]
-        return Launch(
-            command, Path(run_dir) / "toy.log", gpus=0, plan_gpus=False, rl_env=False, validates=True
-        )
+        return Launch(command, Path(run_dir) / "toy.log", gpus=0, plan_gpus=False, validates=True)
 
     def checkpoint_facts(self, checkpoint):
         return {"weights": (checkpoint / "weights.txt").read_text(encoding="utf-8").strip()}

@@ -40,6 +40,8 @@ class TrlEngine:
     name = "trl"
     packages = ("trl",)
     layout = "checkpoint-{}"
+    env_modules = ()  # TRL runs in train.grpo.python or, when null, in lazymem's own environment
+    env_fix = ""
 
     def launch(self, grpo: Mapping[str, Any], reward: Mapping[str, Any] | None, run_dir: Path) -> Launch:
         config = trl_config(grpo, reward)
@@ -50,7 +52,6 @@ class TrlEngine:
             log=Path(run_dir) / "trl.log",
             gpus=int(grpo["n_gpus_per_node"]),
             plan_gpus=True,
-            rl_env=False,
             validates=True,  # the engine's callback logs every validation round, curriculum or not
             info={"config": str(path)},
             disk=trl_need(grpo),

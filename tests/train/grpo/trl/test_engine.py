@@ -19,7 +19,7 @@ def test_launch_writes_the_scripts_config_and_needs_the_reward(tmp_path):
     launch = TrlEngine().launch(g, reward_cfg(tmp_path), tmp_path)
     config = json.loads((tmp_path / CONFIG).read_text())
     assert launch.command[-3:] == ["-m", "lazymem.train.grpo.trl.run", str(tmp_path / CONFIG)]
-    assert (launch.gpus, launch.rl_env, launch.validates) == (1, False, True)
+    assert (launch.gpus, launch.validates, TrlEngine.env_modules) == (1, True, ())
     assert config["train_file"] == str(tmp_path.resolve() / "train.parquet")
     assert config["args"]["report_to"] == ["wandb"] and config["args"]["output_dir"] == str(tmp_path / "ck")
     assert config["reward"]["tau"] == 0.99

@@ -19,7 +19,8 @@ def test_launch_writes_the_overrides_and_counts_this_nodes_gpus(tmp_path):
     launch = VerlEngine().launch({**grpo_cfg(tmp_path), "reports": False}, reward_cfg(tmp_path), tmp_path)
     lines = (tmp_path / "overrides.txt").read_text().splitlines()
     assert launch.info["overrides"] == len(lines) and launch.command[1:3] == ["-m", "verl.trainer.main_ppo"]
-    assert (launch.gpus, launch.plan_gpus, launch.rl_env, launch.validates) == (2, True, True, True)
+    assert (launch.gpus, launch.plan_gpus, launch.validates) == (2, True, True)
+    assert VerlEngine.env_modules == ("verl", "flash_attn")
     assert "trainer.logger=[console]" in lines  # an untracked run: no W&B
     # a Ray of VERL's own (workers in its Python), never a cluster found through RAY_ADDRESS or `ray start`,
     # on its 2 GPUs only: the GRPO stage of a chain also sees the reward judge's GPU, after them
