@@ -69,15 +69,21 @@ def pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
 def cluster(
     address: str | None, num_cpus: int | None, num_gpus: int | None, visible: str | None = None
 ) -> Iterator[None]:
-    """A local Ray for the chain (address None: started here, without its dashboard, and shut down at the
-    end; `visible`: the CUDA_VISIBLE_DEVICES its node starts with, None for this process's) or the cluster
-    at `address` ("auto", host:port)."""
+    """A local Ray for the chain (address None: started here, without its dashboard, its stages at the
+    chain's own niceness, and shut down at the end; `visible`: the CUDA_VISIBLE_DEVICES its node starts
+    with, None for this process's) or the cluster at `address` ("auto", host:port)."""
     if address:
         ray.init(address=address)
     else:
-        before = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None:  # the raylet and its workers inherit the variable when they start
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        # the raylet and its workers inherit these when they start: the GPUs it may hand out, and a
+        # niceness increment of 0 (Ray's default, 15, would run every stage below the chain's own
+        # priority; ray 2.60 sets the same variable to 0 for a submitted job's driver,
+        # dashboard/modules/job/job_manager.py:399)
+        wanted = {"RAY_worker_niceness": "0"}
+        if visible is not None:
+            wanted["CUDA_VISIBLE_DEVICES"] = visible
+        before = {k: os.environ.get(k) for k in wanted}
+        os.environ.update(wanted)
         try:
             ray.init(
                 num_cpus=num_cpus,
@@ -86,10 +92,11 @@ def cluster(
                 object_store_memory=OBJECT_STORE_BYTES,
             )
         finally:
-            if before is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = before
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     try:
         yield
     finally:

@@ -30,7 +30,8 @@ open(me + '.start', 'w').close()
 while not all(os.path.exists(o + '.start') for o in others) and time.time() - start < 30:
     time.sleep(0.05)
 time.sleep(hold)
-json.dump({'cuda': os.environ.get('CUDA_VISIBLE_DEVICES'), 'start': start, 'end': time.time()}, open(me, 'w'))
+seen = {'cuda': os.environ.get('CUDA_VISIBLE_DEVICES'), 'nice': os.nice(0)}
+json.dump({**seen, 'start': start, 'end': time.time()}, open(me, 'w'))
 """
 
 
@@ -73,6 +74,8 @@ def test_gpu_stages_overlap_on_distinct_devices(ray_cluster, tmp_path):
     runs = [json.loads((tmp_path / n).read_text()) for n in names]
     assert sorted(r["cuda"] for r in runs) == ["0", "1", "2"]
     assert max(r["start"] for r in runs) < min(r["end"] for r in runs)  # all three ran at once
+    # at the chain's own priority, not Ray's worker niceness (15 by default)
+    assert [r["nice"] for r in runs] == [os.nice(0)] * 3
     assert {(n, "ok") for n in names} <= set(seen)
 
 
