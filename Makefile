@@ -5,7 +5,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-sft setup-vllm run rehearsal test test-fast lint docs doctor
+.PHONY: setup setup-sft setup-vllm run chain-mini rehearsal test test-fast lint docs doctor
 
 setup:
 	@bash scripts/setup_env.sh
@@ -19,6 +19,11 @@ setup-vllm:
 
 run: setup
 	$(PY) -m lazymem.run +experiment=quickstart $(ARGS)
+
+# The training chain on SmolLM2-135M on this CPU, split to Table 3 (mini) (docs/training.md, "chain_mini";
+# LongMemEval-oracle train/val from ../shared/data, or LAZYMEM_ORACLE_TRAIN and LAZYMEM_ORACLE_VAL)
+chain-mini: setup setup-sft
+	$(PY) -m lazymem.run +experiment=chain_mini $(ARGS)
 
 # Paper mode rehearsed on this CPU through real vLLM (+experiment=rehearsal_cpu, docs/rehearsal.md): tiny
 # random models written once under the model cache, then main_table's paper mode on them (a few minutes)
