@@ -36,7 +36,7 @@ def run_chain(
     print(render(decisions), flush=True)
     actions = {d.stage.name: d.action for d in decisions}
     visible, gpus, shared = pool(chain["ray"])
-    found = preflight.problems(decisions, chain_dir, gpus)
+    found = preflight.problems(decisions, chain_dir, gpus, shared)
     if chain["dry_run"]:
         if found:
             print("the chain would stop on:\n" + "\n".join(f"  - {m}" for m in found))

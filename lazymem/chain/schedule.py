@@ -41,19 +41,20 @@ def _index(g) -> bool:
     return isinstance(g, int) and not isinstance(g, bool) and g >= 0
 
 
-def pool(ray_cfg: dict) -> tuple[str | None, int | None, tuple[str, ...]]:
+def pool(ray_cfg: dict, devices: str | None = None) -> tuple[str | None, int | None, tuple[str, ...]]:
     """The chain's local Ray's GPUs: the CUDA_VISIBLE_DEVICES it starts with (None: the environment's), their
     number, and the GPUs kept out of its pool, as CUDA_VISIBLE_DEVICES names them (chain.ray.reserved_gpus:
     positions among the visible GPUs, as placement's indices are, of a server started by hand beside the
     chain, such as GRPO's reward judge; Ray hands out only the devices its node saw at start, ray 2.60
-    _private/resource_and_label_spec.py:350-377). A joined cluster's are Ray's to check: (None, None, ())."""
+    _private/resource_and_label_spec.py:350-377). A joined cluster's are Ray's to check: (None, None, ()).
+    `devices`: the node's CUDA_VISIBLE_DEVICES (None: this process's; a rehearsal names its fake node's)."""
     if ray_cfg["address"]:
         return None, None, ()
     n = ray_cfg["num_gpus"] if ray_cfg["num_gpus"] is not None else gpu_count()
     reserved = ray_cfg.get("reserved_gpus") or []
     if not isinstance(reserved, list) or not all(g is None or _index(g) for g in reserved):
         raise ConfigError([f"chain.ray.reserved_gpus = {reserved!r}: must be a list of GPU indices or nulls"])
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    env = os.environ.get("CUDA_VISIBLE_DEVICES") if devices is None else devices
     if env is None:
         visible = [str(i) for i in range(n)]
     else:

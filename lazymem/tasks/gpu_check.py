@@ -6,12 +6,15 @@ time (``gpu_check.time_limit_s``, about 15 minutes):
    ``flash_attn``); the torch of each Python that runs GPU work (this one for the retrieval,
    LLaMA-Factory's, the RL environment's) reaches a GPU; the NVIDIA driver and nvcc are what the GPU
    environments' torch needs (lazymem/cuda_env.py);
-2. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/gpu/plans.py);
-3. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
+2. the training chain ``gpu_check.chain`` rehearsed on this node's GPUs (a fake node on a CPU): the GPUs
+   its stages held, and the workers of its GRPO stage's own Ray in the RL environment
+   (lazymem/chain/rehearse.py);
+3. the chosen experiment's GPU plan, derived or checked against the visible GPUs (lazymem/gpu/plans.py);
+4. the judge: one call with its own settings (DeepSeek with thinking off, LongMemEval's 10 tokens) that
    yields a label;
-4. each vLLM server of the plan: started, and the KV cache its log reports holds one ``max_model_len``
+5. each vLLM server of the plan: started, and the KV cache its log reports holds one ``max_model_len``
    sequence;
-5. a few questions (``gpu_check.questions``, 2) through every role: the methods ``gpu_check.methods``, and
+6. a few questions (``gpu_check.questions``, 2) through every role: the methods ``gpu_check.methods``, and
    greedily more of the experiment's while a role is left, each question judged.
 
 It writes ``gpu_check.json`` (every check, the plan, each server's KV cache, each model's revision and size)
@@ -33,6 +36,8 @@ from traceback import format_exc
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lazymem.chain.fingerprint import composer
+from lazymem.chain.rehearse import LIMIT_S, rehearse
 from lazymem.cuda_env import CUDA_FIX, torch_cuda
 from lazymem.data import load_dataset
 from lazymem.eval.judge import Judge
@@ -120,6 +125,24 @@ def node_checks(cfg, roles: list[str], rl_python: str) -> list[Check]:
     built)."""
     checks = environments(cfg, roles, rl_python)
     return checks + torch_checks(cfg, rl_python) + cuda(flash_attn_built=checks[-1].ok is True)
+
+
+def chain_checks(cfg, rl_python: str, folder: Path, seconds: float) -> list[Check]:
+    """The chain experiment ``gpu_check.chain`` names, with this check's GPU plan, rehearsed: its stages
+    scheduled on this node's GPUs and its GRPO stage's Ray workers in ``rl_python`` (two rows; none without
+    a chain)."""
+    name = cfg.gpu_check.get("chain")
+    if not name:
+        return []
+    try:
+        with composer() as compose:
+            composed = compose([f"+experiment={name}", f"placement={cfg.placement.name}"])
+        chain = OmegaConf.to_container(composed.chain, resolve=True)
+    except Exception as e:  # no such experiment, or one without chain.stages
+        fix = "gpu_check.chain: a chain experiment (e.g. paper_chain), or null"
+        return [Check(f"chain {name}", False, f"does not compose: {type(e).__name__}: {e}", fix)]
+    rows = rehearse(chain, rl_python, folder, name, min(LIMIT_S, seconds))
+    return [Check(r.name, r.ok, r.detail, r.fix) for r in rows]
 
 
 def covering(methods, named: list[str], roles: list[str]) -> list:
@@ -254,6 +277,7 @@ def run(cfg, run) -> dict:
     methods = build_methods(cfg)
     roles = roles_used(methods)
     checks = node_checks(cfg, roles, cfg.gpu_check.rl_python)
+    checks += chain_checks(cfg, cfg.gpu_check.rl_python, run.dir / "chain_rehearsal", deadline.left())
     inventory = gpu_inventory()
     found = place(cfg, inventory, roles, every=True) if inventory else ["no GPU visible (nvidia-smi)"]
     plan = [] if found else describe(cfg, inventory, roles, every=True)

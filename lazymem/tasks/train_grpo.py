@@ -6,9 +6,10 @@ task writes it to command.sh (``train.grpo.dry_run=true`` stops there) and runs 
 its output into the console and the engine's log. Before it starts, the checks every engine shares: the
 inputs, the SFT targets against the response cap, the GPUs (the engine's count on this node, the plan's
 CUDA_VISIBLE_DEVICES: placement.train.grpo, never the judge's GPU), the modules the engine needs in its
-Python (``env_modules``), the quality-reward judge answering (GET /v1/models) when it is an endpoint, and free
-disk space for the checkpoints. After training, the checkpoint is chosen on the validation split among the
-engine's kept checkpoints (grpo/checkpoints.select_rl_checkpoint) and recorded in
+Python (``env_modules``), the quality-reward judge answering (GET /v1/models) when it is an endpoint and,
+when the curriculum can reach phase 2, holding the requests phase 2 sends at once (grpo/judge_load.py, its
+bound logged), and free disk space for the checkpoints. After training, the checkpoint is chosen on the
+validation split among the engine's kept checkpoints (grpo/checkpoints.select_rl_checkpoint) and recorded in
 <checkpoint_dir>/selected_checkpoint.json with the engine's name and class.
 Run with +experiment=train_grpo train.grpo.rl_data_dir=<a build_rl run directory> train.grpo.model=<SFT>.
 """
@@ -42,6 +43,7 @@ from lazymem.subproc import stream
 from lazymem.tasks.contract import Task
 from lazymem.train.grpo.checkpoints import select_rl_checkpoint
 from lazymem.train.grpo.engine import GrpoEngine, Launch, check_disk, check_inputs, engine_packages
+from lazymem.train.grpo.judge_load import judge_gpu, judge_load
 from lazymem.train.sft_data import check_response_cap, sft_thinking
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,14 @@ def judge_command(cfg, gpu: int | None) -> str:
     rc = role_config(cfg.llm, "reward_judge")
     vllm = rc.get("vllm") or {}
     url = urllib.parse.urlsplit(rc["base_url"])
-    keep = ("python", "dtype", "reasoning_parser", "reasoning_config", "enable_prefix_caching")
+    keep = (
+        "python",
+        "dtype",
+        "max_num_seqs",
+        "reasoning_parser",
+        "reasoning_config",
+        "enable_prefix_caching",
+    )
     server = VllmServer(
         str(rc["model"]),
         rc["served_name"],
@@ -103,12 +112,19 @@ def _before_training(
     gives it)."""
     found: list[str] = []
     plan: dict[str, list[int]] = {}
+    inventory = gpu_inventory() if launch.plan_gpus and launch.gpus else []
     if launch.plan_gpus and launch.gpus:
-        plan, found = training(cfg, gpu_inventory())
+        plan, found = training(cfg, inventory)
     found += import_problems(python, engine)
+    load = None
     if reward is not None:
         found += judge_problems(cfg, plan.get("reward_judge", [None])[0])
+        if cfg.train.grpo.get("curriculum"):  # phase 2 calls the judge: its load (grpo/judge_load.py)
+            load = judge_load(cfg, launch, judge_gpu(plan, inventory))
+            found += load.problems
     stop(found)
+    for line in load.lines if load else []:  # the bound, for the trainer's per-step reward/judge_s/mean
+        log.info("%s", line)
     return {"CUDA_VISIBLE_DEVICES": visible_devices(",".join(map(str, plan["grpo"])))} if plan else {}
 
 
@@ -116,7 +132,7 @@ def problems(cfg) -> list[str]:
     """What this job would stop on, checked before a chain starts (lazymem/chain/preflight.py): the engine's
     settings, its Python and, where the engine needs them, the modules in it and the GPUs; when the
     curriculum can reach phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the
-    teacher and SFT first).
+    teacher and SFT first) and its load (grpo/judge_load.py; the judge's KV cache where this node plans it).
     The inputs come from earlier stages and are checked when it starts."""
     engine, grpo, reward = _settings(cfg)
     judge = judge_problems(cfg, None) if reward is not None and grpo.get("curriculum") else []
@@ -125,6 +141,10 @@ def problems(cfg) -> list[str]:
             launch = engine.launch(grpo, reward, Path(scratch))
         except ValueError as e:
             return [str(e), *judge]
+    if reward is not None and grpo.get("curriculum"):  # phase 2's load on the judge (grpo/judge_load.py)
+        inventory = gpu_inventory() if launch.plan_gpus and launch.gpus else []
+        plan = training(cfg, inventory)[0] if inventory else {}
+        judge += judge_load(cfg, launch, judge_gpu(plan, inventory)).problems
     if missing := _python_problem(grpo.get("python")):
         return [missing, *judge]
     found = import_problems(grpo.get("python"), engine)

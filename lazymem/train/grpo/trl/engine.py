@@ -55,6 +55,10 @@ class TrlEngine:
             validates=True,  # the engine's callback logs every validation round, curriculum or not
             info={"config": str(path)},
             disk=trl_need(grpo),
+            # one process (run.py, no accelerate launch): GRPOTrainer awaits async reward functions on one
+            # daemon event loop (trl 1.16 trl/trainer/grpo_trainer.py:749-758 starts it, :1639-1660 gathers
+            # them there), and MemoryReward gathers a batch's rollouts on it (callbacks.py)
+            reward_loops=1,
         )
 
     def checkpoint_facts(self, checkpoint: Path) -> dict[str, Any]:

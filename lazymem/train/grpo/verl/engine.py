@@ -27,7 +27,7 @@ from typing import Any
 from lazymem.train.checkpoint_disk import GIB, DiskNeed, disk_need, model_params
 from lazymem.train.grpo.engine import Launch
 from lazymem.train.grpo.verl.merge import merge
-from lazymem.train.grpo.verl.overrides import command, overrides
+from lazymem.train.grpo.verl.overrides import command, overrides, reward_workers
 
 
 def verl_need(grpo: Mapping[str, Any]) -> DiskNeed | None:
@@ -76,6 +76,9 @@ class VerlEngine:
             validates=bool(grpo["curriculum"]),
             info={"overrides": len(ovr)},
             disk=verl_need(grpo),
+            # VERL's reward loop workers, each calling the reward on its own event loop (overrides.py)
+            reward_loops=reward_workers(grpo),
+            reward_loops_key="train.grpo.reward_workers",
         )
 
     def checkpoint_facts(self, checkpoint: Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ changed (`paper_verl_defaults`; the full comparison is docs/train_defaults.md).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,6 +89,25 @@ def ray_overrides(address: str | None, gpus: int) -> list[str]:
     return ["+ray_kwargs.ray_init.address=local", f"+ray_kwargs.ray_init.num_gpus={gpus}"]
 
 
+# VERL 0.9.1 computes a custom reward in `reward.num_workers` Ray actors (default 8:
+# verl/trainer/config/reward/reward.yaml:5, verl/workers/config/reward.py:98), created by
+# experimental/reward_loop/reward_loop.py:324-341 (RewardLoopWorker made a Ray actor at :308). Without a
+# reward model they go to the agent loop (reward_loop_worker_handles, :312-322; trainer/ppo/v1/
+# trainer_base.py:347, :409-410; main_ppo.py:130), which sends each rollout to a random one
+# (experimental/agent_loop/agent_loop.py:1025-1026); each awaits our async compute_score on its own event
+# loop (reward_loop.py:145-148, reward_manager/naive.py:30 and :66-73): an async Ray actor runs its calls on
+# one loop, up to 1000 at once (ray 2.60 _common/ray_constants.py:2, actor.py:1941-1943). So the quality
+# judge's client, whose `concurrency` holds per event loop, runs in this many loops at once.
+_NUM_WORKERS = re.compile(r"^\+{0,2}reward\.num_workers=(\d+)$")
+
+
+def reward_workers(grpo: Mapping[str, Any]) -> int:
+    """VERL's reward loop workers: train.grpo.reward_workers, unless an extra override sets
+    reward.num_workers after it (the last one holds)."""
+    found = [m[1] for o in grpo.get("extra_overrides") or [] if (m := _NUM_WORKERS.match(str(o).strip()))]
+    return int(found[-1]) if found else int(grpo["reward_workers"])
+
+
 def curriculum_overrides() -> list[str]:
     """Select the curriculum trainer. main_ppo looks the class up inside its TaskRunner, a Ray actor, so
     Ray's worker_process_setup_hook registers it in the workers (the driver never looks it up)."""
@@ -148,6 +168,7 @@ def overrides(grpo: Mapping[str, Any], reward: Mapping[str, Any] | None = None) 
         f"{ROLLOUT}.calculate_log_probs": paper_defaults["rollout_calculate_log_probs"],
         "reward.custom_reward_function.path": grpo["reward_path"],
         "reward.custom_reward_function.name": grpo["reward_name"],
+        "reward.num_workers": grpo["reward_workers"],
         "trainer.n_gpus_per_node": grpo["n_gpus_per_node"],
         "trainer.nnodes": grpo["nnodes"],
         "trainer.total_epochs": grpo["total_epochs"],

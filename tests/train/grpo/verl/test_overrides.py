@@ -10,7 +10,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from lazymem.train.grpo.verl import trainer as verl_trainer
-from lazymem.train.grpo.verl.overrides import overrides, value
+from lazymem.train.grpo.verl.engine import VerlEngine
+from lazymem.train.grpo.verl.overrides import overrides, reward_workers, value
 
 from helpers_train import JUDGE_LLM, compose_verl, grpo_cfg, reward_cfg
 
@@ -55,6 +56,18 @@ def test_d3_settings_and_verl_0_7_1_defaults_are_explicit(tmp_path):
         "actor_rollout_ref.rollout.calculate_log_probs=false",
     }
     assert expected <= lines
+
+
+def test_verls_reward_workers_are_set_and_an_extra_override_of_them_is_counted(tmp_path):
+    """VERL's reward.num_workers (the processes that await the reward, each calling the quality judge with the
+    role's concurrency: grpo/judge_load.py) comes from train.grpo.reward_workers, and the engine reports what
+    VERL gets: an extra override of the key later on the command line wins."""
+    g = grpo_cfg(tmp_path, reward_workers=3)
+    assert "reward.num_workers=3" in overrides(g) and reward_workers(g) == 3
+    assert VerlEngine().launch(g, None, tmp_path).reward_loops == 3
+    extra = ["reward.num_workers=5", "++reward.num_workers=2"]
+    g = grpo_cfg(tmp_path, reward_workers=3, extra_overrides=extra)
+    assert reward_workers(g) == 2 and VerlEngine().launch(g, None, tmp_path).reward_loops == 2
 
 
 def validate(config) -> None:
@@ -133,6 +146,9 @@ def test_verl_composes_and_validates_table_10(tmp_path):
     assert (kw.tau, kw.lam_phase1, kw.lam_phase2) == (0.99, 0.0, 0.5)
     cur = verl_trainer.curriculum_from_config(config)
     assert (cur.path, cur.tau, cur.lam_phase1, cur.lam_phase2) == (tmp_path / "state.json", 0.99, 0.0, 0.5)
+    assert config.reward.num_workers == reward_workers(grpo_cfg(tmp_path))  # what judge_load counts
+    extra = grpo_cfg(tmp_path, extra_overrides=["reward.num_workers=5", "++reward.num_workers=2"])
+    assert compose_verl(overrides(extra)).reward.num_workers == reward_workers(extra) == 2  # the last wins
     validate(config)
     validate(compose_verl(overrides(grpo_cfg(tmp_path, n_gpus_per_node=1))))
     plain = compose_verl(overrides(grpo_cfg(tmp_path, curriculum=False), reward_cfg(tmp_path)))
