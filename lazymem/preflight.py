@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hydra.utils import instantiate
 
@@ -195,20 +196,25 @@ class NeedsImports(Protocol):
     """What a trainer (a GRPO engine, lazymem/train/grpo/engine.py) needs of the Python it runs in."""
 
     name: str
-    env_modules: tuple[str, ...]  # imported before it starts
-    env_fix: str  # how to get a Python that has them
+    env_fix: str  # how to get a Python that has what env_modules names
+
+    def env_modules(self, grpo: Mapping[str, Any] | None) -> tuple[str, ...]: ...  # imported before it starts
 
 
-def import_problems(python: str | None, engine: NeedsImports, where: str = "train.grpo.python") -> list[str]:
-    """What `python` (None: this one) cannot import of the engine's ``env_modules``, each with the engine's
-    fix; [] when it imports them all, or the engine needs none."""
-    if not engine.env_modules:
+def import_problems(
+    python: str | None,
+    engine: NeedsImports,
+    grpo: Mapping[str, Any] | None,
+    where: str = "train.grpo.python",
+) -> list[str]:
+    """What `python` (None: this one) cannot import of what the engine needs with the settings `grpo`
+    (``env_modules``), each with the engine's fix; [] when it imports them all, or the engine needs none."""
+    modules = engine.env_modules(grpo)
+    if not modules:
         return []
     python = python or sys.executable
     try:
-        out = subprocess.run(
-            [python, "-c", _IMPORTS, *engine.env_modules], capture_output=True, text=True, timeout=600
-        )
+        out = subprocess.run([python, "-c", _IMPORTS, *modules], capture_output=True, text=True, timeout=600)
         failed = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
         return [f"{where} = {python!r} does not run ({type(e).__name__}: {e}): {engine.env_fix}"]

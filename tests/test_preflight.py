@@ -311,18 +311,23 @@ def test_verls_environment_must_import_flash_attn(tmp_path, monkeypatch):
     would stop VERL at its first model load. Kind: the engine's import check, on this machine's
     environments."""
     verl = VerlEngine()
-    (found,) = import_problems(sys.executable, verl)  # lazymem's environment: verl, no flash_attn
+    (found,) = import_problems(sys.executable, verl, None)  # lazymem's environment: verl, no flash_attn
     assert f"train.grpo.python = {sys.executable!r} cannot import flash_attn (ModuleNotFoundError" in found
     assert "which the verl engine needs before it starts" in found
     assert found.endswith(verl.env_fix) and "--no-build-isolation" in found
     (tmp_path / "flash_attn").mkdir()
     (tmp_path / "flash_attn" / "__init__.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    assert import_problems(sys.executable, verl) == []
-    (found,) = import_problems(str(tmp_path / "absent" / "python"), verl, "gpu_check.rl_python")
+    assert import_problems(sys.executable, verl, None) == []
+    (found,) = import_problems(str(tmp_path / "absent" / "python"), verl, None, "gpu_check.rl_python")
     assert found.startswith("gpu_check.rl_python = ") and "does not run (FileNotFoundError" in found
-    # an engine that needs nothing imported runs no Python at all, not even an absent one
-    assert import_problems(str(tmp_path / "absent" / "python"), TrlEngine()) == []
+    # an engine that needs nothing imported with these settings runs no Python at all, not even an absent one
+    absent = str(tmp_path / "absent" / "python")
+    assert import_problems(absent, TrlEngine(), {"use_vllm": False}) == []
+    # N15: TRL on vLLM in lazymem's own environment (train.grpo.python null), which has no vllm
+    (found,) = import_problems(sys.executable, TrlEngine(), {"use_vllm": True})
+    assert "cannot import vllm" in found and "which the trl engine needs" in found
+    assert found.endswith(TrlEngine.env_fix)
 
 
 def test_data_problems_name_a_missing_file_and_accept_a_hub_copy(tmp_path):

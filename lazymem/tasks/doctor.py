@@ -122,9 +122,11 @@ def engine_imports(root: Path) -> list[Check]:
     if not Path(rl).exists():
         return []
     checks = []
-    for engine in (cls() for cls in bundled_engines().values() if cls.env_modules):
-        found = import_problems(str(rl), engine, "the RL environment")
-        detail = "; ".join(found) or f"{', '.join(engine.env_modules)} import"
+    for engine in (cls() for cls in bundled_engines().values()):
+        if not (modules := engine.env_modules(None)):
+            continue
+        found = import_problems(str(rl), engine, None, "the RL environment")
+        detail = "; ".join(found) or f"{', '.join(modules)} import"
         checks.append(Check(f"{engine.name}'s imports ({rl})", not found, detail, "; ".join(found)))
     return checks
 

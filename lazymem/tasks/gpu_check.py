@@ -88,11 +88,12 @@ def environments(cfg, roles: list[str], rl_python: str) -> list[Check]:
         fix = "" if ok else "bash scripts/setup_gpu_env.sh serve, then VLLM_PYTHON=.venv-gpu-serve/bin/python"
         checks.append(Check(f"serving environment (llm.roles.{role})", ok, detail, fix))
     engine = instantiate(cfg.train.grpo.engine)
+    grpo = OmegaConf.to_container(cfg.train.grpo, resolve=False)
     found = "; ".join(
         p.removesuffix(f": {engine.env_fix}")
-        for p in import_problems(rl_python, engine, "gpu_check.rl_python")
+        for p in import_problems(rl_python, engine, grpo, "gpu_check.rl_python")
     )
-    detail = found or f"{rl_python}: imports {', '.join(engine.env_modules) or 'what it needs'}"
+    detail = found or f"{rl_python}: imports {', '.join(engine.env_modules(grpo)) or 'what it needs'}"
     fix = engine.env_fix if found else ""
     checks.append(Check(f"the {engine.name} engine's environment", not found, detail, fix))
     return checks

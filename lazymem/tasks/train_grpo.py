@@ -106,7 +106,7 @@ def judge_problems(cfg, gpu: int | None) -> list[str]:
 
 
 def _before_training(
-    cfg, engine: GrpoEngine, reward: dict | None, launch: Launch, python: str | None
+    cfg, engine: GrpoEngine, grpo: dict, reward: dict | None, launch: Launch
 ) -> dict[str, str]:
     """Stop with every problem the trainer would meet late; else its CUDA_VISIBLE_DEVICES (when the GPU plan
     gives it)."""
@@ -115,7 +115,7 @@ def _before_training(
     inventory = gpu_inventory() if launch.plan_gpus and launch.gpus else []
     if launch.plan_gpus and launch.gpus:
         plan, found = training(cfg, inventory)
-    found += import_problems(python, engine)
+    found += import_problems(grpo.get("python"), engine, grpo)
     load = None
     if reward is not None:
         found += judge_problems(cfg, plan.get("reward_judge", [None])[0])
@@ -147,7 +147,7 @@ def problems(cfg) -> list[str]:
         judge += judge_load(cfg, launch, judge_gpu(plan, inventory)).problems
     if missing := _python_problem(grpo.get("python")):
         return [missing, *judge]
-    found = import_problems(grpo.get("python"), engine)
+    found = import_problems(grpo.get("python"), engine, grpo)
     return found + [p for p in [_gpu_problem(launch), _cuda_problem(grpo, launch)] if p] + judge
 
 
@@ -232,7 +232,7 @@ def run(cfg, run) -> dict:
         raise SystemExit(f"error: {short}; train.grpo.dry_run=true writes the command without running it")
     if problem := _cuda_problem(grpo, launch):
         raise SystemExit(f"error: {problem}")
-    devices = _before_training(cfg, engine, reward, launch, grpo.get("python"))
+    devices = _before_training(cfg, engine, grpo, reward, launch)
     try:
         check_disk(grpo["checkpoint_dir"], grpo["min_free_gib"], launch.disk)
     except ValueError as e:

@@ -317,8 +317,10 @@ class EchoEngine:
     """An engine of one's own: the GrpoEngine contract and nothing else."""
 
     name = "echo"
-    env_modules = ()
     env_fix = ""
+
+    def env_modules(self, grpo):
+        return ()
 
     def launch(self, g, reward, run_dir):
         return Launch(["echo", g["model"]], run_dir / "echo.log", 0, False, False)
@@ -388,7 +390,7 @@ def test_the_chains_check_names_the_rl_environment_and_the_gpus_verl_needs(tmp_p
     monkeypatch.setattr(
         train_grpo,
         "import_problems",
-        lambda python, engine: [f"{python} cannot import {m}" for m in engine.env_modules[1:]],
+        lambda python, engine, grpo: [f"{python} cannot import {m}" for m in engine.env_modules(grpo)[1:]],
     )
     verl = train_grpo.problems(grpo(tmp_path, sys.executable, "train.grpo.model=/sft"))
     assert verl == [
@@ -413,8 +415,9 @@ def test_the_chains_check_asks_the_reward_judge_when_the_curriculum_can_reach_ph
     curriculum (no phase 2, no judge call): nothing."""
     monkeypatch.delenv("LAZYMEM_TEST_JUDGE_KEY", raising=False)
 
-    def check(url: str, *more: str) -> list[str]:  # TRL on a CPU: no other problem
+    def check(url: str, *more: str) -> list[str]:  # TRL on a CPU (transformers' generate): no other problem
         trl = ("train.grpo.model=/sft", "train/grpo=trl", "train.grpo.n_gpus_per_node=0")
+        trl += ("train.grpo.use_vllm=false",)
         return train_grpo.problems(
             grpo(tmp_path, sys.executable, *trl, f"llm.roles.reward_judge.base_url={url}", *more)
         )

@@ -61,10 +61,13 @@ class GrpoEngine(Protocol):
     name: str  # recorded in selected_checkpoint.json and in the task's result
     packages: tuple[str, ...]  # the distributions that compute its results (a chain stage's fingerprint)
     layout: str  # the directory of step N's checkpoint in checkpoint_dir, "{}" standing for N
-    # what train.grpo.python must import before the engine starts, checked by train_grpo, a chain's
-    # preflight, gpu_check and doctor (preflight.import_problems); () checks nothing
-    env_modules: tuple[str, ...]
-    env_fix: str  # how to build (or name) a Python that imports env_modules
+    env_fix: str  # how to build (or name) a Python that imports what env_modules names
+
+    def env_modules(self, grpo: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """What train.grpo.python must import before the trainer starts with these settings (None: the
+        bundled config's, which `lazymem doctor` checks in the RL environment); () checks nothing. Checked
+        by train_grpo, a chain's preflight and gpu_check (preflight.import_problems)."""
+        ...
 
     def launch(self, grpo: Mapping[str, Any], reward: Mapping[str, Any] | None, run_dir: Path) -> Launch:
         """Write the engine's own files into ``run_dir``; ValueError for inconsistent settings."""

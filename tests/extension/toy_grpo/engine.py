@@ -16,8 +16,10 @@ class ToyEngine:
     name = "toy"
     packages = ("lazymem",)  # its trainer is lazymem's own code
     layout = "toy-step-{}"
-    env_modules = ("toy_grpo",)  # its trainer is `python -m toy_grpo.train`
     env_fix = "put the folder that holds toy_grpo on PYTHONPATH"
+
+    def env_modules(self, grpo):
+        return ("toy_grpo",)  # its trainer is `python -m toy_grpo.train`
 
     def launch(self, grpo, reward, run_dir):
         config = Path(run_dir) / "toy_config.json"

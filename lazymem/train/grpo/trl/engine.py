@@ -40,8 +40,17 @@ class TrlEngine:
     name = "trl"
     packages = ("trl",)
     layout = "checkpoint-{}"
-    env_modules = ()  # TRL runs in train.grpo.python or, when null, in lazymem's own environment
-    env_fix = ""
+    env_fix = (
+        "bash scripts/setup_gpu_env.sh rl on the GPU node, then LAZYMEM_RL_PYTHON=.venv-gpu-rl/bin/python "
+        "(trl, vLLM and a CUDA torch), or train.grpo.use_vllm=false for transformers' generate"
+    )
+
+    def env_modules(self, grpo: Mapping[str, Any] | None) -> tuple[str, ...]:
+        # use_vllm: TRL 1.16's GRPOTrainer builds its vLLM rollout engine (trl/trainer/grpo_trainer.py:1105),
+        # which raises ImportError without vllm (trl/generation/vllm_generation.py:294-295); without it TRL
+        # is lazymem's own dependency, in every environment it runs in
+        use_vllm = True if grpo is None else bool(grpo.get("use_vllm"))
+        return ("vllm",) if use_vllm else ()
 
     def launch(self, grpo: Mapping[str, Any], reward: Mapping[str, Any] | None, run_dir: Path) -> Launch:
         config = trl_config(grpo, reward)

@@ -51,14 +51,16 @@ class VerlEngine:
     name = "verl"
     packages = ("verl",)
     layout = "global_step_{}"
-    # VERL 0.9.1 loads the actor and the reference with attn_implementation flash_attention_2 unless
-    # override_config says otherwise (verl/workers/config/model.py:185), and verl[vllm] brings no flash-attn
-    env_modules = ("verl", "flash_attn")
     env_fix = (
         "bash scripts/setup_gpu_env.sh rl on the GPU node (flash-attn 2.8.3 builds there against the "
         "environment's torch, with --no-build-isolation and CUDA's nvcc on PATH; docs/gpu-placement.md), or "
         "point train.grpo.python at an environment that has it"
     )
+
+    def env_modules(self, grpo: Mapping[str, Any] | None) -> tuple[str, ...]:
+        # VERL 0.9.1 loads the actor and the reference with attn_implementation flash_attention_2 unless
+        # override_config says otherwise (verl/workers/config/model.py:185); verl[vllm] brings no flash-attn
+        return ("verl", "flash_attn")
 
     def launch(self, grpo: Mapping[str, Any], reward: Mapping[str, Any] | None, run_dir: Path) -> Launch:
         loggers = [x for x in grpo["logger"] if x != "wandb"]

@@ -19,7 +19,11 @@ def test_launch_writes_the_scripts_config_and_needs_the_reward(tmp_path):
     launch = TrlEngine().launch(g, reward_cfg(tmp_path), tmp_path)
     config = json.loads((tmp_path / CONFIG).read_text())
     assert launch.command[-3:] == ["-m", "lazymem.train.grpo.trl.run", str(tmp_path / CONFIG)]
-    assert (launch.gpus, launch.validates, TrlEngine.env_modules) == (1, True, ())
+    assert (launch.gpus, launch.validates) == (1, True)
+    # N15: TRL's vLLM rollouts need vllm in its Python; transformers' generate needs nothing beyond lazymem
+    engine = TrlEngine()
+    assert engine.env_modules({**g, "use_vllm": True}) == ("vllm",) == engine.env_modules(None)
+    assert engine.env_modules({**g, "use_vllm": False}) == ()
     assert config["train_file"] == str(tmp_path.resolve() / "train.parquet")
     assert config["args"]["report_to"] == ["wandb"] and config["args"]["output_dir"] == str(tmp_path / "ck")
     assert config["reward"]["tau"] == 0.99

@@ -20,7 +20,7 @@ def test_launch_writes_the_overrides_and_counts_this_nodes_gpus(tmp_path):
     lines = (tmp_path / "overrides.txt").read_text().splitlines()
     assert launch.info["overrides"] == len(lines) and launch.command[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert (launch.gpus, launch.plan_gpus, launch.validates) == (2, True, True)
-    assert VerlEngine.env_modules == ("verl", "flash_attn")
+    assert VerlEngine().env_modules(None) == ("verl", "flash_attn")
     assert "trainer.logger=[console]" in lines  # an untracked run: no W&B
     # a Ray of VERL's own (workers in its Python), never a cluster found through RAY_ADDRESS or `ray start`,
     # on its 2 GPUs only: the GRPO stage of a chain also sees the reward judge's GPU, after them
