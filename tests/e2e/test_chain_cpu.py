@@ -44,7 +44,19 @@ STAGES = [
 ]
 
 
-def start(chain: Path, cache: Path, *more: str) -> subprocess.Popen:
+@pytest.fixture
+def started():
+    """The chains a test starts; any still running when it ends (a failed wait) is killed with its stages,
+    which share the driver's fate (lazymem/chain/process.py)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+
+
+def start(procs: list, chain: Path, cache: Path, *more: str) -> subprocess.Popen:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "LAZYMEM_CACHE": str(cache)}
     cmd = [
         sys.executable,
@@ -54,9 +66,11 @@ def start(chain: Path, cache: Path, *more: str) -> subprocess.Popen:
         "logger=none",
         f"hydra.run.dir={chain}",
     ]
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [*cmd, *more], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    procs.append(proc)
+    return proc
 
 
 def wait_for(proc: subprocess.Popen, ready, timeout: float) -> None:
@@ -92,14 +106,14 @@ def mtimes(folder: Path) -> dict:
     return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
-def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path):
+def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path, started):
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists() or not (ROOT / ".venv-sft").exists():
         pytest.skip("needs .venv-vllm (make setup-vllm) and .venv-sft (make setup-sft)")
     chain, cache = tmp_path / "chain", tmp_path / "cache"
     checkpoints = chain / "train_grpo" / "checkpoints"
 
     # 1. SIGTERM once GRPO has written its first checkpoint
-    proc = start(chain, cache)
+    proc = start(started, chain, cache)
     wait_for(proc, lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), 1200)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
@@ -115,7 +129,7 @@ def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path
     assert not processes_under(tmp_path), "a stage outlived the interrupted chain"
 
     # 2. continue; SIGKILL once a stage that had not run starts (an evaluation or the merge)
-    proc = start(chain, cache, "resume=true")
+    proc = start(started, chain, cache, "resume=true")
     later = [s for s in STAGES if s not in finished and s != "train_grpo"]
     wait_for(proc, lambda: any((chain / s / "meta.json").exists() for s in later), 1200)
     proc.kill()
@@ -128,7 +142,7 @@ def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path
     finished |= {s for s in STAGES if second[s]["status"] in ("ok", "skipped")}
 
     # 3. continue to the end: what had finished is skipped, the rest runs (the killed stage continues)
-    proc = start(chain, cache, "resume=true")
+    proc = start(started, chain, cache, "resume=true")
     out, err = proc.communicate(timeout=1800)
     assert proc.returncode == 0, err[-4000:]
     final = stages(chain)
@@ -174,7 +188,7 @@ def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path
     # 4. a rerun skips every stage, leaves every stage's directory as it was, and takes seconds
     before = {s: mtimes(chain / s) for s in STAGES}
     t0 = time.monotonic()
-    proc = start(chain, cache, "resume=true")
+    proc = start(started, chain, cache, "resume=true")
     _, err = proc.communicate(timeout=300)
     took = time.monotonic() - t0
     assert proc.returncode == 0, err[-3000:]
