@@ -1,8 +1,10 @@
-"""The validation log and the RL checkpoint choice on it (paper Appendix D.1: every model-selection decision
-uses the validation split).
+"""The training and validation logs and the RL checkpoint choice (paper Appendix D.1: every model-selection
+decision uses the validation split).
 
-Every engine's trainer appends each validation round to ``validation_metrics.jsonl`` in the checkpoint
-directory, with the curriculum's lambda in force while that round was scored. The reward mixes action and
+Every engine's trainer appends each optimiser step's reward components to ``train_metrics.jsonl`` with the
+batch it trained on (task=report's learning curves), and each validation round to
+``validation_metrics.jsonl`` in the checkpoint directory, with the curriculum's lambda in force while that
+round was scored. The reward mixes action and
 quality with that lambda, so reward means of different phases are not comparable: the choice is made among
 the kept checkpoints (the engine's ``layout``) validated under the lambda of the latest such round, by the
 largest validation mean of ``metric`` (``reward``: our reward's score), the later step on a tie. It is
@@ -14,15 +16,27 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lazymem.train.checkpoint_select import SELECTED
 from lazymem.train.grpo.diagnostics import load_jsonl
 from lazymem.train.grpo.engine import GrpoEngine
+from lazymem.train.grpo.reward_metrics import components
 
 VALIDATION_LOG = "validation_metrics.jsonl"
+TRAIN_LOG = "train_metrics.jsonl"
+
+
+def append_training(directory: str | Path, step: int, batch: int, infos: Sequence[Mapping[str, Any]]) -> None:
+    """One optimiser step as a JSON line: its number, the batch (from 1) it trained on, and each reward
+    component's mean over that batch's rollouts (plain names: ``score``, ``format_ok``, ...)."""
+    means = components(infos)
+    path = Path(directory) / TRAIN_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": int(step), "batch": int(batch), **means}) + "\n")
 
 
 def append_validation(directory: str | Path, record: Mapping[str, Any]) -> None:

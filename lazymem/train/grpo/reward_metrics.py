@@ -45,6 +45,12 @@ def step_metrics(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
+def components(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each reward component's mean over rollouts under its plain name (``score``, ``format_ok``, ...,
+    ``judge_error_rate`` when the judge was called): :func:`step_metrics` without its prefixes."""
+    return {k.removeprefix("reward/").removesuffix("/mean"): v for k, v in step_metrics(infos).items()}
+
+
 FIX = (
     "A failed call scores Q = 0, so phase 2's reward no longer measures the policy. Check the judge "
     "(llm.roles.reward_judge; 'quality judge error' lines in the trainer's log say why), then rerun with "

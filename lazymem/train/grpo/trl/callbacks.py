@@ -7,7 +7,8 @@ keeps the latest training batch's reward dicts and the validation round's, and h
 to TRL's ``log_metric`` (so W&B gets ``reward/<key>/mean``, ``eval_reward/...`` for validation).
 
 :class:`GrpoLog` writes what every engine's trainer writes, with the shared functions: one line per
-optimiser step in ``train_metrics.jsonl`` (the components of the batch that step trained on), every
+optimiser step in ``train_metrics.jsonl`` (the components of the batch that step trained on, and that
+batch's number: a batch is trained on in several optimiser steps, each logging the same values), every
 validation round in ``validation_metrics.jsonl`` (checkpoints.append_validation) with the lambda
 it was scored under, the curriculum moved by its format-valid rate, and the run stopped when the judge's
 error rate passes ``judge.max_error_rate``: a validation round's (check_judge) or a training batch's, before
@@ -18,26 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from lazymem.train.grpo.checkpoints import VALIDATION_LOG, append_validation
+from lazymem.train.grpo.checkpoints import TRAIN_LOG, VALIDATION_LOG, append_training, append_validation
 from lazymem.train.grpo.curriculum import Curriculum
 from lazymem.train.grpo.diagnostics import load_jsonl
 from lazymem.train.grpo.quality_judge import JudgeConfig
 from lazymem.train.grpo.reward import compute_score_async
-from lazymem.train.grpo.reward_metrics import StepJudge, check_judge, step_metrics
-
-TRAIN_LOG = "train_metrics.jsonl"
-
-
-def components(infos: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Each reward component's mean over rollouts, plain names (``score``, ``format_ok``, ...,
-    ``judge_error_rate`` when the judge was called): reward_metrics.step_metrics without its prefixes."""
-    return {k.removeprefix("reward/").removesuffix("/mean"): v for k, v in step_metrics(infos).items()}
+from lazymem.train.grpo.reward_metrics import StepJudge, check_judge, components, step_metrics
 
 
 def completion_text(completion: Any) -> str:
@@ -77,6 +70,16 @@ class MemoryReward:
             for key, value in step_metrics(infos).items():
                 log_metric(key, value)
         return [float(info["score"]) for info in infos]
+
+
+def batch_of(step: int, args: Any) -> int:
+    """The generation batch (from 1) that optimiser step ``step`` (from 1) trained on. trl 1.16 samples a
+    batch every ``steps_per_generation`` x ``num_iterations`` micro-batches (grpo_trainer.py:1537-1546) and
+    steps the optimiser every ``gradient_accumulation_steps`` of them; checkpoints fall on batch ends
+    (config.grpo_args' save_steps), so a resumed run numbers its batches on."""
+    micro = int(args.steps_per_generation) * int(args.num_iterations)
+    updates = max(1, micro // int(args.gradient_accumulation_steps))
+    return (int(step) - 1) // updates + 1
 
 
 def drop_after(path: Path, step: int) -> int:
@@ -122,9 +125,8 @@ class GrpoLog(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.reward.train_infos:
-            row = {"step": state.global_step, **components(self.reward.train_infos)}
-            with open(self.directory / TRAIN_LOG, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            step = state.global_step
+            append_training(self.directory, step, batch_of(step, args), self.reward.train_infos)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         infos, self.reward.eval_infos = self.reward.eval_infos, []

@@ -35,7 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lazymem.train.grpo.checkpoints import append_validation
+from lazymem.train.grpo.checkpoints import append_training, append_validation
 from lazymem.train.grpo.curriculum import Curriculum, state_path
 from lazymem.train.grpo.reward_metrics import StepJudge, check_judge, judge_error_rate, step_metrics
 
@@ -192,9 +192,12 @@ class CurriculumValidation:
         return super()._update_actor(batch, metrics)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        """VERL's step metrics, plus the reward's (:func:`step_metrics`)."""
+        """VERL's step metrics, plus the reward's (:func:`step_metrics`), which also go to the checkpoint
+        directory's training log (a VERL step is one batch)."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        metrics.update(step_metrics(reward_infos(batch)))
+        infos = reward_infos(batch)
+        metrics.update(step_metrics(infos))
+        append_training(self.config.trainer.default_local_dir, global_steps, global_steps, infos)
 
 
 def reward_infos(batch: Any) -> list[Mapping[str, Any]]:

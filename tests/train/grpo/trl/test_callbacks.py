@@ -21,6 +21,7 @@ from lazymem.train.grpo.trl.callbacks import (
     MemoryReward,
     PolicyMoved,
     PolicyNotMoved,
+    batch_of,
     forget_unsaved,
 )
 
@@ -134,3 +135,25 @@ def test_the_policy_check_raises_only_when_no_sampled_weight_moved():
     off = PolicyMoved(step=0)
     off.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
     assert off.initial is None
+
+
+def test_each_logged_step_names_the_batch_it_trained_on(tmp_path):
+    """A batch of 4 micro-batches trained on in updates of 2 is logged at two optimiser steps, both with its
+    number (trl 1.16: one generation every steps_per_generation x num_iterations micro-batches)."""
+    reward = MemoryReward({"lam": 0.0})
+    log = GrpoLog(reward, tmp_path, 0.5, None)
+    args = SimpleNamespace(steps_per_generation=4, num_iterations=1, gradient_accumulation_steps=2)
+    for step, valid in ((1, 1), (2, 1), (3, 2), (4, 2), (5, 0)):
+        if step % 2:
+            asyncio.run(reward(**batch(valid, 2 - valid)))
+        log.on_step_end(args, SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+    rows = [json.loads(line) for line in (tmp_path / TRAIN_LOG).read_text().splitlines()]
+    assert [(r["step"], r["batch"], r["score"]) for r in rows] == [
+        (1, 1, 0.5),
+        (2, 1, 0.5),
+        (3, 2, 1.0),
+        (4, 2, 1.0),
+        (5, 3, 0.0),
+    ]
+    twice = SimpleNamespace(steps_per_generation=2, num_iterations=2, gradient_accumulation_steps=1)
+    assert [batch_of(s, twice) for s in (1, 4, 5)] == [1, 1, 2]  # num_iterations re-trains a batch

@@ -107,6 +107,7 @@ def test_the_curriculum_flips_at_tau_and_a_resume_keeps_its_phase_and_steps(sft,
     train(data, model, ckpt, tmp_path / "run2", "train.grpo.max_steps=4", tau, *judged)
     steps = rows(ckpt / TRAIN_LOG)
     assert [r["step"] for r in steps] == [1, 2, 3, 4]  # continued at 3, nothing repeated
+    assert [r["batch"] for r in steps] == [1, 1, 2, 2]  # two updates a batch, numbered on after the resume
     assert all(r["score"] >= 0.0 and r["phase"] == 2.0 for r in steps)
     assert json.loads((ckpt / "curriculum_state.json").read_text())["flipped_at_step"] == 0
     assert (ckpt / "checkpoint-4").is_dir()

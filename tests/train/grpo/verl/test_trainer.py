@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from lazymem.train.grpo.checkpoints import read_validations
+from lazymem.report.curves import batch_rewards
+from lazymem.train.grpo.checkpoints import TRAIN_LOG, read_validations
 from lazymem.train.grpo.curriculum import ENV_STATE, read_state
+from lazymem.train.grpo.diagnostics import load_jsonl
 from lazymem.train.grpo.reward import RewardOptions
 from lazymem.train.grpo.reward_metrics import JudgeErrorRateExceeded
 from lazymem.train.grpo.verl.trainer import (
@@ -332,10 +334,11 @@ def judge_metrics(calls: float, errors: float, n: int = 4) -> dict[str, float]:
     }
 
 
-def test_each_training_step_logs_the_reward(trainer, failing_judge, monkeypatch):
+def test_each_training_step_logs_the_reward(trainer, failing_judge, monkeypatch, tmp_path):
     """Unit, through the trainer's _compute_metrics: the rollouts' reward dicts are read where VERL's agent
     loop leaves them (TransferQueue, extra_fields.reward_extra_info; the store is a stand-in), padding left
-    out, and logged beside VERL's own step metrics."""
+    out, and logged beside VERL's own step metrics and in the checkpoint directory's training log, which
+    task=report's learning curves read (a VERL step is one batch)."""
     fields = [
         {"reward_extra_info": rollout(["a", "fail b"]), "min_global_steps": 3},
         {"reward_extra_info": rollout(["c", "d", "e"]), "min_global_steps": 3},
@@ -353,11 +356,14 @@ def test_each_training_step_logs_the_reward(trainer, failing_judge, monkeypatch)
     batch = SimpleNamespace(keys=["u_0_0", "u_1_0", "u_0_0p"], partition_id="train", tags=[{}, {}, {}])
     batch.tags[2]["is_padding"] = True
     metrics: dict = {}
-    bare(trainer.cls, config_for(Path("unused.json")), step=3)._compute_metrics(batch, metrics, {}, 3, 0)
+    bare(trainer.cls, config_for(tmp_path / "state.json"), step=3)._compute_metrics(batch, metrics, {}, 3, 0)
     assert asked == [(batch.keys, "train", ["extra_fields"])]
     assert metrics["critic/score/mean"] == 0.5  # VERL's
     assert metrics["reward/judge_error_rate"] == pytest.approx(1 / 5)
     assert metrics["reward/judge_errors/mean"] == pytest.approx(0.5)
+    (row,) = load_jsonl(tmp_path / TRAIN_LOG)
+    assert (row["step"], row["batch"]) == (3, 3) and row["judge_errors"] == pytest.approx(0.5)
+    assert batch_rewards(tmp_path) == [(3, row["score"])]
 
 
 def test_validation_stops_when_the_judge_fails_too_often(trainer, tmp_path, monkeypatch):
