@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lazymem.conf import CONF_DIR
@@ -109,16 +110,30 @@ def reward_cfg(tmp_path) -> dict:
     return out
 
 
+def compose_train_grpo(tmp_path: Path, *overrides: str):
+    """+experiment=train_grpo as the CLI composes it, reading build_rl's rows from `tmp_path` and writing
+    its checkpoints under it, without tracking."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                "+experiment=train_grpo",
+                f"train.grpo.rl_data_dir={tmp_path}",
+                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
+                "logger=none",
+                *overrides,
+            ],
+        )
+
+
 def compose_verl(ovr: list[str]):
     """VERL's ppo_trainer config composed with the overrides `ovr`."""
     import verl.trainer.config as verl_config
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(Path(verl_config.__file__).parent), version_base=None):
-        return hydra_compose("ppo_trainer", overrides=ovr)
+        return compose("ppo_trainer", overrides=ovr)
 
 
 def format_taught_qwen3(out: Path, steps: int = 45, seed: int = 0, both_ops: bool = False) -> Path:

@@ -134,7 +134,7 @@ def problems(cfg) -> list[str]:
     curriculum can reach phase 2, the reward judge (:func:`judge_problems`: a chain must not pay for the
     teacher and SFT first) and its load (grpo/judge_load.py; the judge's KV cache where this node plans it).
     The inputs come from earlier stages and are checked when it starts."""
-    engine, grpo, reward = _settings(cfg)
+    engine, grpo, reward = settings(cfg)
     judge = judge_problems(cfg, None) if reward is not None and grpo.get("curriculum") else []
     with tempfile.TemporaryDirectory() as scratch:
         try:
@@ -189,7 +189,7 @@ def last_error(log: Path) -> str | None:
     return None
 
 
-def _settings(cfg) -> tuple[GrpoEngine, dict, dict | None]:
+def settings(cfg) -> tuple[GrpoEngine, dict, dict | None]:
     """The engine, train.grpo as a dict for it, and train.reward with the judge's role resolved."""
     engine: GrpoEngine = instantiate(cfg.train.grpo.engine)
     grpo = OmegaConf.to_container(cfg.train.grpo, resolve=True)
@@ -208,7 +208,7 @@ def _settings(cfg) -> tuple[GrpoEngine, dict, dict | None]:
 
 
 def run(cfg, run) -> dict:
-    engine, grpo, reward = _settings(cfg)
+    engine, grpo, reward = settings(cfg)
     try:
         check_inputs(grpo)
         # the SFT targets fit the response cap?

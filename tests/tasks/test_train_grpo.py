@@ -14,9 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from lazymem.conf import CONF_DIR
 from lazymem.cuda_env import cuda_torch_problem
 from lazymem.gpu.budget import MAX_UTIL
 from lazymem.gpu.tenants import judge_tenant
@@ -29,6 +27,7 @@ from lazymem.train.grpo.engine import Launch
 
 from helpers import run_cli
 from helpers_llm import gpus, paper_model_dirs
+from helpers_train import compose_train_grpo
 
 
 def test_train_grpo_without_an_sft_checkpoint_stops_and_says_how_to_pass_it(tmp_path):
@@ -159,20 +158,8 @@ class Judge:
 
 
 def grpo(tmp_path, python, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "+experiment=train_grpo",
-                f"train.grpo.rl_data_dir={tmp_path}",
-                f"train.grpo.python={python}",
-                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
-                "train.grpo.curriculum=false",
-                "train.grpo.min_free_gib=0",
-                "logger=none",
-                *overrides,
-            ],
-        )
+    more = ("train.grpo.curriculum=false", "train.grpo.min_free_gib=0")
+    return compose_train_grpo(tmp_path, f"train.grpo.python={python}", *more, *overrides)
 
 
 def test_the_judges_launch_command_fits_its_context_and_the_plan_gives_it_a_gpu(node):
@@ -274,20 +261,8 @@ def test_phase_2s_load_on_the_judge_is_bounded_before_verl_starts(node, monkeypa
 
 
 def compose_engine(tmp_path, engine: str, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "+experiment=train_grpo",
-                f"train/grpo={engine}",
-                f"train.grpo.rl_data_dir={tmp_path}",
-                "train.grpo.model=/models/sft",
-                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
-                "train.grpo.dry_run=true",
-                "logger=none",
-                *overrides,
-            ],
-        )
+    more = (f"train/grpo={engine}", "train.grpo.model=/models/sft", "train.grpo.dry_run=true")
+    return compose_train_grpo(tmp_path, *more, *overrides)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 
 from lazymem.conf import CONF_DIR
 from lazymem.gpu.model_memory import kv_gib
@@ -26,6 +25,7 @@ from lazymem.train.grpo.trl.engine import TrlEngine
 from lazymem.train.grpo.verl.engine import VerlEngine
 
 from helpers_llm import gpus, paper_model_dirs
+from helpers_train import compose_train_grpo
 
 # the judge at the other paper roles' concurrency, more than its server holds at once
 OVER = "llm.roles.reward_judge.concurrency=64"
@@ -40,25 +40,14 @@ def models(tmp_path, monkeypatch):
 
 def paper(tmp_path, *overrides: str):
     """+experiment=train_grpo (VERL, paper mode's judge) as the CLI composes it."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "+experiment=train_grpo",
-                f"train.grpo.rl_data_dir={tmp_path}",
-                "train.grpo.model=/models/sft",
-                f"train.grpo.checkpoint_dir={tmp_path / 'ckpt'}",
-                "logger=none",
-                *overrides,
-            ],
-        )
+    return compose_train_grpo(tmp_path, "train.grpo.model=/models/sft", *overrides)
 
 
 def load_on(cfg, tmp_path, node=None, engine=None):
     """judge_load as train_grpo computes it: the engine's launch, the GPU plan on `node` (None: no GPU)."""
-    from lazymem.tasks.train_grpo import _settings
+    from lazymem.tasks.train_grpo import settings
 
-    engine_, grpo, reward = _settings(cfg)
+    engine_, grpo, reward = settings(cfg)
     launch = (engine or engine_).launch(grpo, reward, tmp_path)
     plan = training(cfg, node)[0] if node else {}
     return judge_load(cfg, launch, judge_gpu(plan, node or []))
