@@ -68,7 +68,11 @@ METRIC_RECORDS = [
         tokens=10,
         decided=[0, 1, 2, 3],
         shown=(1, 2),
-        windows=[{"outcome": "gate_ok"}, {"outcome": "salvaged"}],
+        # words of the KEEP contents found in their messages, of all such words (no field: before it existed)
+        windows=[
+            {"outcome": "gate_ok", "source_words": [3, 4]},
+            {"outcome": "salvaged", "source_words": [0, 0]},
+        ],
     ),
     metric_record(
         "b",
@@ -78,7 +82,7 @@ METRIC_RECORDS = [
         gold=(5, 6),
         shown=(5,),
         decided=[4, 5, 6, 7],
-        windows=[{"outcome": "gate_ok"}],
+        windows=[{"outcome": "gate_ok", "source_words": [5, 6]}],
     ),
     metric_record(
         "c", "y", True, tokens=20, lat=3.0, windows=[{"outcome": "fallback"}, {"outcome": "gate_ok"}]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazymem.construct.accuracy import copied_words
 from lazymem.construct.decisions import (
     Decision,
     check_decisions,
@@ -71,6 +72,8 @@ class WindowResult:
     latency_s: float
     cached: int
     tokens: dict = field(default_factory=dict)
+    # (words of the KEEP contents found in the messages they keep, words of those contents): copied_words
+    source_words: tuple[int, int] = (0, 0)
 
     def to_record(self) -> dict:
         return {
@@ -86,6 +89,7 @@ class WindowResult:
             "cached": self.cached,
             "latency_s": round(self.latency_s, 4),
             "tokens": self.tokens,
+            "source_words": list(self.source_words),
         }
 
     def _decisions_record(self) -> list | None:
@@ -141,6 +145,8 @@ class MemoryProcessor:
         gate = check_decisions(first.generated, n)  # the gate reads the output as written, like RL's
 
         def result(decisions, outcome):
+            pairs = zip(decisions or [], window.idx if decisions else [], strict=True)
+            kept = [(d.content, messages[i].text) for d, i in pairs if d.op == "KEEP"]
             return WindowResult(
                 window,
                 decisions,
@@ -153,6 +159,7 @@ class MemoryProcessor:
                 latency,
                 cached,
                 tokens,
+                copied_words(kept),
             )
 
         if gate.ok:

@@ -83,8 +83,11 @@ def _scores(records: list[Record]) -> dict:
 
 def _construction(records: list[Record]) -> Construction:
     """Keep/drop quality against gold over the messages the memory model decided on."""
-    gold_kept = gold_total = other_dropped = other_total = 0
+    gold_kept = gold_total = other_dropped = other_total = found = words = 0
     for r in records:
+        for w in r.get("windows") or []:
+            f, n = w.get("source_words") or (0, 0)  # records written before the field have none
+            found, words = found + f, words + n
         gold, shown = set(r["gold_idx"]), set(r["shown"])
         for i in r["decided"]:
             if i in gold:
@@ -98,4 +101,5 @@ def _construction(records: list[Record]) -> Construction:
         "gold_kept": gold_kept / gold_total if gold_total else None,
         "nongold_decided": other_total,
         "nongold_dropped": other_dropped / other_total if other_total else None,
+        "kept_words_in_source": found / words if words else None,
     }

@@ -42,6 +42,7 @@ class Construction(TypedDict):
     gold_kept: float | None
     nongold_decided: int
     nongold_dropped: float | None
+    kept_words_in_source: float | None  # share of the KEEP contents' words found in the kept message
 
 
 class MethodSummary(TypedDict, total=False):

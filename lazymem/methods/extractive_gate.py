@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lazymem.construct.accuracy import ETA, action_reward, category_accuracy
+from lazymem.construct.accuracy import ETA, action_reward, category_accuracy, copied_words
 from lazymem.construct.decisions import Decision, kept_content, merge_decisions
 from lazymem.construct.processor import WindowResult
 from lazymem.construct.render import render_raw
@@ -247,7 +247,9 @@ class ExtractiveGate:
                 for i, p in zip(window.idx, probs, strict=True)
             ]
             decisions.append(ops)
-            records.append(_record(window, ops, setup_s / len(windows) + time.perf_counter() - t1))
+            records.append(
+                _record(window, ops, setup_s / len(windows) + time.perf_counter() - t1, history.messages)
+            )
         processing_s = time.perf_counter() - t0
         merged = merge_decisions(windows, decisions)
         kept = kept_content(merged)
@@ -263,6 +265,12 @@ class ExtractiveGate:
         )
 
 
-def _record(window: Window, decisions: list[Decision], seconds: float) -> dict:
+def _record(window: Window, decisions: list[Decision], seconds: float, messages) -> dict:
     """The per-window record LazyMem writes, for a gate that cannot fail its format and calls no model."""
-    return WindowResult(window, decisions, "gate_ok", None, True, "", "", 0, seconds, 0, {}).to_record()
+    kept = [
+        (d.content, messages[i].text) for d, i in zip(decisions, window.idx, strict=True) if d.op == "KEEP"
+    ]
+    words = copied_words(kept)
+    return WindowResult(
+        window, decisions, "gate_ok", None, True, "", "", 0, seconds, 0, {}, words
+    ).to_record()

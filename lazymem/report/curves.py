@@ -120,11 +120,13 @@ def construction_table(runs: list[Run]) -> Table | None:
             "±",
             "Reward",
             "±",
+            "Kept words in source",
             "s / question",
             "windows",
         ],
         note="Means over questions; ±: half the 95% bootstrap CI over questions. Greedy replies, the strict "
-        "format gate (an invalid reply keeps and drops nothing; reward 0).",
+        "format gate (an invalid reply keeps and drops nothing; reward 0). Kept words in source: the share "
+        "of the KEEP contents' words found in the message each keeps (text of the model's own lowers it).",
     )
 
     def order(item):
@@ -137,6 +139,8 @@ def construction_table(runs: list[Run]) -> Table | None:
             ci = c[m]
             half = None if ci["low"] is None else (ci["high"] - ci["low"]) / 2
             cells += [Cell(ci["mean"], digits=3), Cell(half, digits=3)]
+        copied = c.get("kept_words_in_source") or {}  # absent from runs before it was measured
+        cells += [Cell(copied.get("mean"), digits=3)]
         cells += [Cell(c["seconds"]["mean"], digits=2), Cell(c["windows"], digits=0)]
         t.rows.append(([c.get("stage") or "-", run.name], cells))
     return t

@@ -5,9 +5,10 @@ validates on; build_rl.val_prompts). The memory role answers each once, greedily
 strict format gate reads the raw reply. Per window: valid or not, gold kept, non-gold dropped (an invalid
 reply kept nothing and dropped nothing), the action reward of Eq. 7 (0 when invalid, as training's phase 1).
 Over the split: format rate, gold kept, non-gold dropped, construction F1 (KEEP as the prediction of gold),
-mean reward and seconds per question, each with a bootstrap CI over questions. A failed call is counted
-and left out, never scored. Writes replies.jsonl (one line per window), construction.json and
-construction.md; the rows of Table 3 (mini) in task=report come from construction.json.
+mean reward, the share of the KEEP contents' words found in the message they keep, and seconds per
+question, each with a bootstrap CI over questions. A failed call is counted and left out, never scored.
+Writes replies.jsonl (one line per window), construction.json and construction.md; the rows of Table 3
+(mini) in task=report come from construction.json.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 
-from lazymem.construct.accuracy import action_reward, category_accuracy
+from lazymem.construct.accuracy import action_reward, category_accuracy, copied_words
 from lazymem.construct.decisions import check_decisions
 from lazymem.eval.summary import summary, write_summary
 from lazymem.llm.llm_set import build_llms, role_config
@@ -30,14 +31,20 @@ from lazymem.tasks.contract import Task
 
 log = logging.getLogger(__name__)
 
-METRICS = ("format_ok", "gold_kept", "nongold_dropped", "f1", "reward", "seconds")
-COUNTS = ("tp", "fp", "fn", "dropped", "nongold")
+METRICS = ("format_ok", "gold_kept", "nongold_dropped", "f1", "reward", "kept_words_in_source", "seconds")
+COUNTS = ("tp", "fp", "fn", "dropped", "nongold", "words_found", "words_kept")
 
 
-def score(gold: list[bool], reply: str, eta: float) -> dict:
-    """One window's counts and reward from the raw reply (strict gate, no salvage)."""
+def score(gold: list[bool], reply: str, eta: float, texts: list[str]) -> dict:
+    """One window's counts and reward from the raw reply (strict gate, no salvage); `texts`: its messages."""
     gate = check_decisions(reply, len(gold))
     ops = [d.op for d in gate.decisions] if gate.ok else [""] * len(gold)
+    kept = (
+        [(d.content, t) for d, t in zip(gate.decisions, texts, strict=True) if d.op == "KEEP"]
+        if gate.ok
+        else []
+    )
+    found, words = copied_words(kept)
     a_gold, a_nongold = category_accuracy(gold, ops)
     pairs = list(zip(gold, ops, strict=True))
     return {
@@ -48,6 +55,8 @@ def score(gold: list[bool], reply: str, eta: float) -> dict:
         "fp": sum(not g and op == "KEEP" for g, op in pairs),  # non-gold kept
         "dropped": sum(not g and op == "DROP" for g, op in pairs),  # non-gold dropped
         "nongold": sum(not g for g in gold),
+        "words_found": found,  # words of the KEEP contents found in the message each keeps
+        "words_kept": words,  # words of the KEEP contents
         "reward": action_reward(a_gold, a_nongold, eta) if gate.ok else 0.0,
     }
 
@@ -59,13 +68,14 @@ def per_question(rows: list[dict]) -> dict[str, dict[str, float | None]]:
         by_q[r["question_id"]].append(r)
     out = {}
     for q, rs in by_q.items():
-        tp, fp, fn, dropped, nongold = (sum(r[k] for r in rs) for k in COUNTS)
+        tp, fp, fn, dropped, nongold, found, words = (sum(r[k] for r in rs) for k in COUNTS)
         out[q] = {
             "format_ok": sum(r["format_ok"] for r in rs) / len(rs),
             "gold_kept": tp / (tp + fn) if tp + fn else None,
             "nongold_dropped": dropped / nongold if nongold else None,
             "f1": 2 * tp / (2 * tp + fp + fn) if tp + fn else None,
             "reward": sum(r["reward"] for r in rs) / len(rs),
+            "kept_words_in_source": found / words if words else None,
             "seconds": sum(r["seconds"] for r in rs),
         }
     return out
@@ -109,7 +119,7 @@ def run(cfg, run) -> dict:
                 errors += 1
                 log.warning("question %s window %s: %s", it.question.id, it.window.idx, reply.error)
             else:
-                line |= score(list(it.gold), reply.generated, float(opts.eta))
+                line |= score(list(it.gold), reply.generated, float(opts.eta), [m.text for m in it.messages])
                 rows.append(line)
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
     result = {"model": str(role_config(cfg.llm, "memory")["model"]), "stage": cfg.get("stage")}
@@ -130,8 +140,9 @@ def cell(ci: dict) -> str:
 
 def render(results: list[dict]) -> str:
     """One row per evaluated model (its stage, else its path): each metric with its 95% CI."""
-    head = "| stage | format ok | gold kept | non-gold dropped | F1 | reward | s / question | windows |"
-    lines = [head, "|---|---|---|---|---|---|---|---:|"]
+    head = "| stage | format ok | gold kept | non-gold dropped | F1 | reward | kept words in source | "
+    head += "s / question | windows |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---:|"]
     for r in results:
         name = r.get("stage") or r["model"]
         cells = " | ".join(cell(r[m]) for m in METRICS)

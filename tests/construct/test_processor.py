@@ -125,3 +125,20 @@ def test_format_ok_is_table3s_looser_check_beside_the_strict_gate():
     assert w.gate_error is not None and w.format_ok is True and w.outcome == "invalid"
     (short,) = run(Scripted(valid(2)), PAPER)
     assert short.gate_error == "wrong_count" and short.format_ok is False
+
+
+def test_each_window_counts_the_kept_words_its_messages_hold():
+    """Window 4-6: "message 5 copied" keeps 2 of its 3 words from "message 5", "Message 6" both of its."""
+    reply = json.dumps(
+        [
+            {"op": "DROP", "compressed_content": "", "reason": "r"},
+            {"op": "KEEP", "compressed_content": "message 5 copied", "reason": "r"},
+            {"op": "KEEP", "compressed_content": "Message 6", "reason": "r"},
+        ]
+    )
+    (w,) = run(Scripted(reply))
+    assert w.outcome == "gate_ok" and w.to_record()["source_words"] == [4, 5]
+    (raw,) = run(Scripted("no", "no"), InvalidPolicy(fallback="raw"))  # the raw window keeps every text
+    assert raw.outcome == "fallback" and raw.to_record()["source_words"] == [6, 6]
+    (none,) = run(Scripted("no", "no"), InvalidPolicy(fallback="none"))
+    assert none.decisions is None and none.to_record()["source_words"] == [0, 0]

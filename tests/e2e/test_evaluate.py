@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from lazymem.construct.accuracy import WORD
 from lazymem.eval.summary import read_summary
 
 from helpers import ROOT, SMOLLM2, run_cli
@@ -151,6 +152,10 @@ def test_quickstart_on_the_bundled_qwen(tmp_path):
     [rec] = records(tmp_path / "run")
     assert rec["method"] == "lazymem" and rec["status"] == "ok" and rec["windows"]
     assert all(len(w["decisions"]) == len(w["idx"]) for w in rec["windows"])
+    for w in rec["windows"]:  # the words of its KEEP texts, and how many of them its messages hold
+        found, words = w["source_words"]
+        assert words == sum(len(WORD.findall(d[1].lower())) for d in w["decisions"] if d[0] == "KEEP")
+        assert 0 <= found <= words
     assert rec["answer"] and rec["judge_raw"] and rec["correct"] in (True, False)
     summary = read_summary(tmp_path / "run")
     assert (

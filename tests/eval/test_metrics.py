@@ -33,6 +33,7 @@ def test_construction_and_evidence_against_gold():
         "gold_kept": pytest.approx(2 / 3),
         "nongold_decided": 5,
         "nongold_dropped": pytest.approx(4 / 5),
+        "kept_words_in_source": pytest.approx(8 / 10),  # a: 3 of 4, b: 5 of 6; c: no field
     }
     # gold recall over questions with gold (a, b, c, d): 1, 0.5, 1, 1
     assert s["gold_recall_in_memory"] == pytest.approx(3.5 / 4)

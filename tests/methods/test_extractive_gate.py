@@ -171,12 +171,15 @@ def test_the_method_keeps_verbatim_and_writes_lazymem_window_records():
     kept = [d for w in block.windows for d in w["decisions"] if d[0] == "KEEP"]
     assert [d[1] for d in kept] == [TEXTS[1]]
     record = {"gold_idx": list(QUESTION.gold_idx), "shown": block.shown, "decided": block.decided}
+    record["windows"] = block.windows
     assert _construction([record]) == {
         "gold_decided": 1,
         "gold_kept": 1.0,
         "nongold_decided": 5,
         "nongold_dropped": 1.0,
+        "kept_words_in_source": 1.0,  # it keeps a message's own text
     }
+    assert sum(w["source_words"][1] for w in block.windows) == len(TEXTS[1].split())
 
 
 def test_a_gate_refuses_a_dense_retriever_other_than_the_one_it_was_trained_with():
