@@ -5,7 +5,9 @@ reward (paper Eq. 7). Training's GRPO reward (lazymem.train.grpo.reward) and inf
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+
+from lazymem.construct.decisions import Decision
 
 ETA = 0.915  # paper Table 15: the weight of gold retention
 WORD = re.compile(r"\w+")
@@ -33,14 +35,16 @@ def action_reward(a_gold: float | None, a_nongold: float | None, eta: float = ET
     return eta * a_gold + (1.0 - eta) * a_nongold
 
 
-def copied_words(kept: Iterable[tuple[str, str]]) -> tuple[int, int]:
-    """(words of the KEEP contents found in the message each keeps, words of those contents), over
-    (content, message text) pairs, case-folded. Gold kept only reads the ops: a model that learnt where to
-    say KEEP but not to copy (SmolLM2-135M after one SFT epoch on three-message windows) scores well there
-    while writing text of its own, which this shows."""
+def copied_words(decisions: Sequence[Decision], texts: Sequence[str]) -> tuple[int, int]:
+    """(words of the KEEP contents found in the message each keeps, words of those contents), for a window's
+    decisions and its messages' texts, case-folded. Gold kept only reads the ops: a model that learnt where
+    to say KEEP but not to copy (SmolLM2-135M after one SFT epoch on three-message windows) scores well
+    there while writing text of its own, which this shows."""
     found = total = 0
-    for content, source in kept:
-        words, have = WORD.findall(content.lower()), set(WORD.findall(source.lower()))
+    for d, source in zip(decisions, texts, strict=True):
+        if d.op != "KEEP":
+            continue
+        words, have = WORD.findall(d.content.lower()), set(WORD.findall(source.lower()))
         found += sum(w in have for w in words)
         total += len(words)
     return found, total

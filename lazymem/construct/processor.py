@@ -145,8 +145,7 @@ class MemoryProcessor:
         gate = check_decisions(first.generated, n)  # the gate reads the output as written, like RL's
 
         def result(decisions, outcome):
-            pairs = zip(decisions or [], window.idx if decisions else [], strict=True)
-            kept = [(d.content, messages[i].text) for d, i in pairs if d.op == "KEEP"]
+            texts = [messages[i].text for i in window.idx]
             return WindowResult(
                 window,
                 decisions,
@@ -159,7 +158,7 @@ class MemoryProcessor:
                 latency,
                 cached,
                 tokens,
-                copied_words(kept),
+                copied_words(decisions, texts) if decisions else (0, 0),
             )
 
         if gate.ok:

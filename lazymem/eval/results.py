@@ -66,7 +66,7 @@ def render_results(summary: BenchmarkSummary, llm: dict | None = None) -> str:
             f"| {name} | {_f(s['memory_tokens']['mean'], 0)} | {_f(s['gold_recall_in_memory'])} | "
             f"{s['windows']} | {_f(s.get('format_rate_table3'), 3)} | {_f(s['gate_format_rate'], 3)} | "
             f"{_f(c['gold_kept'])} | "
-            f"{_f(c['nongold_dropped'])} | {_f(c.get('kept_words_in_source'))} |"
+            f"{_f(c['nongold_dropped'])} | {_f(c['kept_words_in_source'])} |"
         )
     lines += ["", "## Latency (s): mean / median / p90 / p95", ""]
     stages = ("retrieval", "processing", "answer", "total")

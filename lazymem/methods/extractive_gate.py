@@ -267,10 +267,7 @@ class ExtractiveGate:
 
 def _record(window: Window, decisions: list[Decision], seconds: float, messages) -> dict:
     """The per-window record LazyMem writes, for a gate that cannot fail its format and calls no model."""
-    kept = [
-        (d.content, messages[i].text) for d, i in zip(decisions, window.idx, strict=True) if d.op == "KEEP"
-    ]
-    words = copied_words(kept)
+    words = copied_words(decisions, [messages[i].text for i in window.idx])
     return WindowResult(
         window, decisions, "gate_ok", None, True, "", "", 0, seconds, 0, {}, words
     ).to_record()

@@ -39,12 +39,7 @@ def score(gold: list[bool], reply: str, eta: float, texts: list[str]) -> dict:
     """One window's counts and reward from the raw reply (strict gate, no salvage); `texts`: its messages."""
     gate = check_decisions(reply, len(gold))
     ops = [d.op for d in gate.decisions] if gate.ok else [""] * len(gold)
-    kept = (
-        [(d.content, t) for d, t in zip(gate.decisions, texts, strict=True) if d.op == "KEEP"]
-        if gate.ok
-        else []
-    )
-    found, words = copied_words(kept)
+    found, words = copied_words(gate.decisions, texts) if gate.ok else (0, 0)
     a_gold, a_nongold = category_accuracy(gold, ops)
     pairs = list(zip(gold, ops, strict=True))
     return {

@@ -30,10 +30,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_models):
+def tiny(request):
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
         pytest.skip("needs .venv-vllm (make setup-vllm)")
-    return tiny_models
+    return request.getfixturevalue("tiny_models")  # built only where it runs
 
 
 def test_gpu_check_runs_end_to_end_on_a_cpu(tiny, tmp_path, monkeypatch):

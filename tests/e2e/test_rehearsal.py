@@ -24,11 +24,11 @@ VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_models):
+def tiny(request):
     """The rehearsal's models: a tiny Qwen3, a tiny Qwen3 embedder, a tiny cross-encoder."""
     if not VLLM_PY.exists():
         pytest.skip("needs .venv-vllm (make setup-vllm)")
-    return tiny_models
+    return request.getfixturevalue("tiny_models")  # built only where it runs
 
 
 def models_env(tiny, tmp_path, **more) -> dict:

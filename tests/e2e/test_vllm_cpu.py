@@ -26,10 +26,10 @@ SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
-def tiny_qwen3(tiny_models):
+def tiny_qwen3(request):
     if not VLLM_PY.exists() or not SFT_PY.exists():
         pytest.skip("needs .venv-vllm (make setup-vllm) and .venv-sft (make setup-sft)")
-    return tiny_models / "qwen3"
+    return request.getfixturevalue("tiny_models") / "qwen3"  # built only where it runs
 
 
 def test_paper_roles_and_a_deepseek_dialect_teacher_served_by_vllm_on_the_cpu(tiny_qwen3, tmp_path):
