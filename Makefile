@@ -41,11 +41,12 @@ $(TINY)/reranker/config.json: | setup
 rehearsal: setup setup-vllm $(TINY)/qwen3/config.json $(TINY)/embedding/config.json $(TINY)/reranker/config.json
 	$(PY) -m lazymem.run +experiment=rehearsal_cpu $(ARGS)
 
-# Two tiers: the unit tests on two workers (pytest-xdist; 2.0 instead of 3.5 minutes on 2 cores), then the
-# end-to-end tests one at a time (a model server uses both cores). JUNIT=DIR writes DIR/{unit,e2e}.xml.
+# Two runs: every test that keeps to one core (the unit tier and the slow tests without a model server) on
+# two pytest-xdist workers, a file per worker; then the `solo` ones (a model server or a training run uses
+# both cores) one at a time. JUNIT=DIR writes DIR/{shared,solo}.xml.
 test: setup setup-sft setup-vllm
-	$(PY) -m pytest -q -m "not slow" -n 2 $(ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)/unit.xml)
-	$(PY) -m pytest -q -m slow $(ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)/e2e.xml)
+	$(PY) -m pytest -q -m "not solo" -n 2 --dist loadfile $(ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)/shared.xml)
+	$(PY) -m pytest -q -m solo $(ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)/solo.xml)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" -n 2 $(ARGS)

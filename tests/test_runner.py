@@ -169,6 +169,7 @@ def uninterrupted(tmp_path_factory, cpu_env):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_cleanly_and_resume_finishes_the_same_run(tmp_path, cpu_env, uninterrupted, sig):
     proc = start(tmp_path, env=cpu_env)
@@ -196,6 +197,7 @@ def test_signal_stops_cleanly_and_resume_finishes_the_same_run(tmp_path, cpu_env
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_a_server_killed_once_is_restarted_and_the_run_completes(tmp_path, cpu_env):
     proc = start(tmp_path, env=cpu_env)
     wait_for(lambda: n_records(tmp_path) >= 2 and server_pids(tmp_path), proc)
@@ -211,6 +213,7 @@ def test_a_server_killed_once_is_restarted_and_the_run_completes(tmp_path, cpu_e
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_a_server_killed_twice_stops_the_run_naming_its_log(tmp_path, cpu_env):
     proc = start(tmp_path, env=cpu_env)
     wait_for(lambda: n_records(tmp_path) >= 1 and server_pids(tmp_path), proc)

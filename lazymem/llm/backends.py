@@ -181,6 +181,12 @@ class Backend:
         if self.needs_model and not self.model:
             how = model_key or f"{where}.model"
             return [f"{where}.model is not set: pass {how}=... (a model directory or a GGUF)"]
+        args = list(self.options.get("extra_args") or [])
+        if any(not isinstance(a, str) for a in args):  # Hydra reads `true` and `2` as a bool and an int
+            return [
+                f"{where}.{self.name}.extra_args = {args!r}: every item is a command-line string; quote "
+                "the ones Hydra reads as booleans or numbers, e.g. [--flash_attn,'true']"
+            ]
         return []
 
 

@@ -1,5 +1,5 @@
-"""+experiment=chain_cpu end to end, once, as a researcher runs it (slow): a tiny Qwen3 base, the bundled
-teacher, LLaMA-Factory SFT, TRL GRPO for a few optimiser steps, the chosen checkpoint merged, each stage's
+"""+experiment=chain_cpu end to end, once, as a researcher runs it (slow): a tiny Qwen3 base, gold SFT
+targets, LLaMA-Factory SFT, TRL GRPO for a few optimiser steps, the chosen checkpoint merged, each stage's
 model served by vLLM's CPU build on the two synthetic test questions, and the report.
 
 Inside the same run the chain is stopped twice and continued with resume=true: SIGTERM once GRPO has written
@@ -28,7 +28,7 @@ from lazymem.train.grpo.diagnostics import load_jsonl
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 STAGES = [
     "base_model",
     "split",
@@ -163,8 +163,8 @@ def test_chain_cpu_killed_twice_resumes_to_table3_then_skips_everything(tmp_path
         checkpoints / "validation_metrics.jsonl"
     )
     assert {"score", "format_ok", "r_act", "lam", "phase"} <= set(rows[0])  # the reward's components per step
-    # the SFT model hands GRPO its format: some of its ~36 sampled replies are valid decision arrays (about
-    # 15% of them were, measured), though the SFT data taught only KEEP
+    # the SFT model hands GRPO its format: some of its sampled replies are valid decision arrays (measured:
+    # 1 of 8 in 4 of the 6 steps of an uninterrupted run, a third of one validation round's)
     assert max(r["format_ok"] for r in rows) > 0
     selected = json.loads((checkpoints / "selected_checkpoint.json").read_text())
     assert selected["engine"] == "trl" and Path(selected["path"]).is_dir()

@@ -99,6 +99,7 @@ KILLED = [*SMALL, "~methods.lazymem", "~methods.rag_top20", *SMOLLM2, "llm.commo
 KILLED_METHODS = {"extractive_gate", "oracle_turn"}
 
 
+@pytest.mark.solo
 def test_killed_run_resumes_without_duplicates(tmp_path):
     env = {**os.environ, "LAZYMEM_CACHE": str(tmp_path / "cache")}
     run_dir = tmp_path / "run"
@@ -132,6 +133,7 @@ def test_killed_run_resumes_without_duplicates(tmp_path):
     assert leftovers.stdout.strip() == ""
 
 
+@pytest.mark.solo
 def test_quickstart_on_the_bundled_qwen(tmp_path):
     """The README's job in small: one question, the lazymem method, Qwen2.5-0.5B on llama.cpp as memory
     model (grammar-constrained decisions: about a second per token on 2 cores, so one window of one

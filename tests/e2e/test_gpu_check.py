@@ -26,7 +26,7 @@ from lazymem.train.grpo.verl.engine import VerlEngine
 from helpers import ROOT
 from standin import StandinServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 
 @pytest.fixture(scope="module")

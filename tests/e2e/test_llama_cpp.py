@@ -17,6 +17,7 @@ from helpers_llm import alive, group_members, llm_conf, spawn_parent, wait_until
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.solo,
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed"
     ),

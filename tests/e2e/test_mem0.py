@@ -57,6 +57,8 @@ REAL = [
     "llm.common.llamacpp.n_ctx=10240",
     "llm.common.decoding.max_tokens=192",
     "llm.common.timeout_s=900",
+    # flash attention: Mem0's ~8.6k-token prompt is read in ~2/3 of the time (the answer is not checked)
+    "llm.common.llamacpp.extra_args=[--flash_attn,'true']",
 ]
 SYNTHETIC = [
     "data.loader.per_type=1",
@@ -111,6 +113,7 @@ def locomo_sample(tmp_path: Path, locomo_file: Path) -> list[str]:
     return ["data=locomo", f"data.path={data}", "data.loader.conversations=[0]"]
 
 
+@pytest.mark.solo
 def test_mem0_on_a_real_llama_cpp_server(tmp_path):
     """Mem0's own extraction prompt through our memory role on SmolLM2: the smallest synthetic history
     (3 sessions of 2 messages, one add each; later calls reuse the server's cache of the long prefix)."""

@@ -19,7 +19,7 @@ from lazymem.train.grpo.diagnostics import load_jsonl
 
 from helpers import MAIN_TABLE_METHODS, ROOT, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 
 

@@ -20,7 +20,7 @@ from lazymem.llm.llm_set import build_llms, role_config
 from helpers import ROOT, run_cli
 from helpers_llm import llm_conf
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
 

@@ -102,3 +102,14 @@ def test_vllm_preflight_checks_the_pinned_series_and_every_flag(tmp_path):
     assert vllm_problems(python, cmd) == [
         f"{python} has vLLM 0.24.0, not 0.32.x (make setup-vllm, or a GPU node's serving env)"
     ]
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "vllm"])
+def test_extra_args_that_hydra_read_as_a_boolean_are_named_before_any_server(tmp_path, name):
+    rc = {"backend": name, "served_name": "m", "model": str(tmp_path)}
+    bad = get_backend({**rc, name: {"extra_args": ["--flash_attn", True], "python": "/no/python"}})
+    problem = bad.problems("llm.roles.memory")[0]  # vLLM adds that its environment is missing
+    assert problem.startswith(f"llm.roles.memory.{name}.extra_args = ['--flash_attn', True]: ")
+    assert "quote" in problem
+    good = get_backend({**rc, "llamacpp": {"extra_args": ["--flash_attn", "true"]}, "backend": "llamacpp"})
+    assert good.problems("llm.roles.memory") == []

@@ -41,6 +41,7 @@ def lazymem_doctor(run_dir: Path, *overrides: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_lazymem_doctor_reports_every_part_and_makes_one_completion(tmp_path):
     out = lazymem_doctor(tmp_path / "ok")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

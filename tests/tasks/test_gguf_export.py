@@ -188,6 +188,7 @@ def own_greedy(model, tok, prompt: str, n: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @needs_gguf
 @needs_llama_cpp
 def test_llama_cpp_serves_the_changed_weights_not_the_base(smollm2, tmp_path):
@@ -232,6 +233,7 @@ def test_llama_cpp_serves_the_changed_weights_not_the_base(smollm2, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @needs_gguf
 @needs_llama_cpp
 def test_an_f32_export_of_the_converted_model_predicts_its_top_tokens(smollm2, tmp_path):

@@ -67,6 +67,7 @@ def hf(smollm2_converted):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @needs_gguf
 def test_the_directory_loads_with_chatml_and_its_special_tokens(smollm2_converted, hf):
     tok, model = hf
@@ -93,6 +94,7 @@ def test_the_directory_loads_with_chatml_and_its_special_tokens(smollm2_converte
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @needs_gguf
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
 def test_the_converted_model_predicts_what_llama_cpp_predicts(smollm2_converted, hf, tmp_path):

@@ -84,6 +84,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_llamafactory_parser_accepts_the_generated_yaml(tmp_path):
     """The sft.yaml build_sft writes, DeepSpeed ZeRO-2 and bf16 included, parsed by LLaMA-Factory's own
     get_train_args. LLaMA-Factory accepts DeepSpeed only under torchrun and bf16 only on a GPU, so the
@@ -120,6 +121,7 @@ def test_llamafactory_parser_accepts_the_generated_yaml(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_tiny_qwen3_sft_runs_on_cpu_and_records_the_checkpoint(tmp_path):
     tiny = tmp_path / "tiny-qwen3"
     made = subprocess.run(
@@ -232,7 +234,7 @@ def test_too_little_disk_for_the_epochs_checkpoints_stops_before_llamafactory_st
     model = tmp_path / "Qwen3-4B"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(MODEL_CONFIGS["Qwen3-4B"]))
-    data = write_sft_dir(tmp_path / "data", str(model), n_questions=2)
+    data = write_sft_dir(tmp_path / "data", str(model), n_questions=2, n_val=1)  # the epochs' choice
     cli = tmp_path / "venv" / "bin" / "llamafactory-cli"
     cli.parent.mkdir(parents=True)
     cli.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\nexit 3\n")

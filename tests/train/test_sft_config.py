@@ -58,6 +58,7 @@ def test_sft_yaml_follows_table_10():
     # LLaMA-Factory 0.9.3's transformers (<= 4.52.4) defaults, which 0.9.5's transformers 5.x changed
     assert (y["optim"], y["average_tokens_across_devices"]) == ("adamw_torch", False)
     assert "eval_dataset" not in y and "load_best_model_at_end" not in y  # no validation set, no choice
+    assert y["save_strategy"] == "no"  # so no checkpoint per epoch: the final weights are the model
 
 
 def test_sft_yaml_chooses_the_epoch_by_validation_loss():

@@ -171,6 +171,7 @@ def test_real_client_sends_the_judge_settings_and_caches(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_the_cpu_judge_on_llama_cpp_answers_in_the_schema(tmp_path):
     """The bundled 0.5B, unconstrained, echoes the prompt's JSON back instead of grading (every call of a
     chain_mini GRPO run failed so); the CPU role decodes under the reply schema, so its replies parse."""
