@@ -145,7 +145,6 @@ class MemoryProcessor:
         gate = check_decisions(first.generated, n)  # the gate reads the output as written, like RL's
 
         def result(decisions, outcome):
-            texts = [messages[i].text for i in window.idx]
             return WindowResult(
                 window,
                 decisions,
@@ -158,7 +157,7 @@ class MemoryProcessor:
                 latency,
                 cached,
                 tokens,
-                copied_words(decisions, texts) if decisions else (0, 0),
+                copied_words(decisions, [messages[i].text for i in window.idx]) if decisions else (0, 0),
             )
 
         if gate.ok:
